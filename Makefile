@@ -1,0 +1,37 @@
+# One task runner. `make demo` and `make test` are the whole set-up on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: install lint test test-fast test-vllm vllm-env demo bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+## The whole suite: twin, core, gateway, and the real-vLLM contract tests.
+test: install vllm-env
+	bash scripts/test.sh
+
+## Everything except the real-vLLM tests (quick local loop).
+test-fast: install
+	bash scripts/test.sh -m "not vllm"
+
+## Only the suites that run against the real vLLM CPU engine.
+test-vllm: install vllm-env
+	bash scripts/test.sh -m vllm
+
+## The separate, cached vLLM CPU environment (.venv-vllm, ~2.5 GB) and a tiny local Qwen3 model.
+vllm-env:
+	bash scripts/vllm_env.sh
+
+clean:
+	rm -rf $(VENV) .venv-vllm .cache .pytest_cache .mypy_cache .ruff_cache

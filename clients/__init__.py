@@ -1,0 +1,1 @@
+"""Clients of the gateway: the `rehearsal-gateway` CLI, the Python client, the example agent."""

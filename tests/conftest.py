@@ -1,0 +1,31 @@
+"""Fixtures shared by every suite: real servers on loopback, started and stopped per need."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.procs import Proc, cli_argv, free_port, start_http_server
+
+
+@pytest.fixture
+def start_twin(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    """Factory: ``start_twin("--world", "retail", "--skill", "0.7")`` -> a running engine twin."""
+    started: list[Proc] = []
+
+    def _start(*args: str, env: dict[str, str] | None = None) -> Proc:
+        port = free_port()
+        proc = start_http_server(
+            cli_argv("twin", "--host", "127.0.0.1", "--port", str(port), *args),
+            port=port,
+            log_path=tmp_path / f"twin-{port}.log",
+            env=env,
+        )
+        started.append(proc)
+        return proc
+
+    yield _start
+    for proc in started:
+        proc.stop()

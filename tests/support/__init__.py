@@ -1,0 +1,1 @@
+"""Shared test support: real processes on loopback (twin, gateway, redis-server)."""
