@@ -1,0 +1,63 @@
+"""Every Redis key the gateway writes, and how long each lives: the one home for both.
+
+All keys share one prefix (``rgw:`` by default) so an operator can find, count or drop the
+gateway's data with a single pattern, and every key carries a TTL so that nothing the gateway
+writes outlives its use. Tenant ids are already hashes (never API keys in clear), and argument
+values never appear in a key: grounding is addressed by a hash of the canonical arguments.
+
+    {prefix}trace:{tenant}:{rehearsal_id}         JSON trace of one rehearsal
+    {prefix}pending:{tool_call_id}                JSON imagined observation awaiting the real result
+    {prefix}memory:{tenant}:{session}             list of JSON memory entries, newest first, capped
+    {prefix}ground:{tenant}:{tool}:{args_hash}    JSON real observation for exactly these arguments
+    {prefix}ground-recent:{tenant}:{tool}         list of args hashes, newest first, capped
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "rgw:"
+
+
+@dataclass(frozen=True, slots=True)
+class Lifetimes:
+    """How long each kind of key lives (seconds) and how long capped lists may grow."""
+
+    trace_s: int = 24 * 3600
+    pending_s: int = 3600
+    memory_s: int = 6 * 3600
+    grounding_s: int = 7 * 24 * 3600
+    memory_max_entries: int = 32
+    grounding_max_per_tool: int = 16
+
+
+def args_hash(canonical_arguments: str) -> str:
+    """A short, stable address for one tool's canonical JSON arguments."""
+    return hashlib.blake2b(canonical_arguments.encode(), digest_size=12).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Builds the gateway's Redis keys under one prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def trace(self, tenant: str, rehearsal_id: str) -> str:
+        return f"{self.prefix}trace:{tenant}:{rehearsal_id}"
+
+    def pending(self, tool_call_id: str) -> str:
+        return f"{self.prefix}pending:{tool_call_id}"
+
+    def memory(self, tenant: str, session: str) -> str:
+        return f"{self.prefix}memory:{tenant}:{session}"
+
+    def grounding(self, tenant: str, tool: str, hashed_args: str) -> str:
+        return f"{self.prefix}ground:{tenant}:{tool}:{hashed_args}"
+
+    def grounding_recent(self, tenant: str, tool: str) -> str:
+        return f"{self.prefix}ground-recent:{tenant}:{tool}"
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key this prefix owns."""
+        return f"{self.prefix}*"

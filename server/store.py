@@ -1,0 +1,266 @@
+"""The rehearsal store: traces, pending imagined observations, session memory and grounding.
+
+Two implementations share one async interface. ``RedisStore`` is what production and the tests
+use (redis-py asyncio, bounded timeouts, JSON values); ``InProcessStore`` is the embedded default
+when no Redis URL is configured — it works for one process only, which the server says at start.
+
+Every failure of the backing server is translated once, here, into ``StoreUnavailable``; callers
+degrade (rehearsal without memory) rather than fail the request. Key names and lifetimes come
+from ``server.keys`` and nowhere else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, Protocol
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from server.keys import Keys, Lifetimes, args_hash
+
+JSONObject = dict[str, Any]
+
+
+class StoreUnavailable(Exception):
+    """The store could not be reached or answered too slowly; the caller should degrade."""
+
+    def __init__(self, op: str, detail: str) -> None:
+        super().__init__(f"store {op} failed: {detail}")
+        self.op = op
+
+
+class RehearsalStore(Protocol):
+    """What the gateway needs from a store; both implementations below satisfy it."""
+
+    kind: str
+
+    async def ping(self) -> None: ...
+    async def close(self) -> None: ...
+    async def save_trace(self, tenant: str, rehearsal_id: str, trace: JSONObject) -> None: ...
+    async def load_trace(self, tenant: str, rehearsal_id: str) -> JSONObject | None: ...
+    async def save_pending(self, tool_call_id: str, record: JSONObject) -> None: ...
+    async def take_pending(self, tool_call_id: str) -> JSONObject | None: ...
+    async def append_memory(self, tenant: str, session: str, entries: list[JSONObject]) -> None: ...
+    async def recent_memory(self, tenant: str, session: str, limit: int) -> list[JSONObject]: ...
+    async def save_grounding(
+        self, tenant: str, tool: str, canonical_args: str, observation: JSONObject
+    ) -> None: ...
+    async def grounding(
+        self, tenant: str, tool: str, canonical_args: str, limit: int
+    ) -> list[JSONObject]: ...
+
+
+def _dumps(value: JSONObject) -> bytes:
+    return orjson.dumps(value)
+
+
+def _loads(raw: bytes | str | None) -> JSONObject | None:
+    if raw is None:
+        return None
+    value = orjson.loads(raw)
+    return value if isinstance(value, dict) else None
+
+
+class RedisStore:
+    """The store on a Redis server. One connection pool, owned by the app's lifespan."""
+
+    kind = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        keys: Keys | None = None,
+        lifetimes: Lifetimes | None = None,
+        timeout_s: float = 0.25,
+        max_connections: int = 64,
+    ) -> None:
+        self.keys = keys or Keys()
+        self.lifetimes = lifetimes or Lifetimes()
+        self._redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            max_connections=max_connections,
+            retry_on_timeout=False,
+            health_check_interval=30,
+        )
+
+    async def ping(self) -> None:
+        try:
+            await self._redis.ping()
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("ping", type(exc).__name__) from exc
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    async def save_trace(self, tenant: str, rehearsal_id: str, trace: JSONObject) -> None:
+        key = self.keys.trace(tenant, rehearsal_id)
+        try:
+            await self._redis.set(key, _dumps(trace), ex=self.lifetimes.trace_s)
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("save_trace", type(exc).__name__) from exc
+
+    async def load_trace(self, tenant: str, rehearsal_id: str) -> JSONObject | None:
+        try:
+            raw = await self._redis.get(self.keys.trace(tenant, rehearsal_id))
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("load_trace", type(exc).__name__) from exc
+        return _loads(raw)
+
+    async def save_pending(self, tool_call_id: str, record: JSONObject) -> None:
+        key = self.keys.pending(tool_call_id)
+        try:
+            await self._redis.set(key, _dumps(record), ex=self.lifetimes.pending_s)
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("save_pending", type(exc).__name__) from exc
+
+    async def take_pending(self, tool_call_id: str) -> JSONObject | None:
+        # GETDEL is atomic: when replicas race on one tool result, exactly one records it.
+        try:
+            raw = await self._redis.getdel(self.keys.pending(tool_call_id))
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("take_pending", type(exc).__name__) from exc
+        return _loads(raw)
+
+    async def append_memory(self, tenant: str, session: str, entries: list[JSONObject]) -> None:
+        if not entries:
+            return
+        key = self.keys.memory(tenant, session)
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.lpush(key, *[_dumps(entry) for entry in entries])
+                pipe.ltrim(key, 0, self.lifetimes.memory_max_entries - 1)
+                pipe.expire(key, self.lifetimes.memory_s)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("append_memory", type(exc).__name__) from exc
+
+    async def recent_memory(self, tenant: str, session: str, limit: int) -> list[JSONObject]:
+        try:
+            raws = await self._redis.lrange(self.keys.memory(tenant, session), 0, limit - 1)
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("recent_memory", type(exc).__name__) from exc
+        return [entry for raw in raws if (entry := _loads(raw)) is not None]
+
+    async def save_grounding(
+        self, tenant: str, tool: str, canonical_args: str, observation: JSONObject
+    ) -> None:
+        hashed = args_hash(canonical_args)
+        key = self.keys.grounding(tenant, tool, hashed)
+        recent = self.keys.grounding_recent(tenant, tool)
+        ttl = self.lifetimes.grounding_s
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.set(key, _dumps(observation), ex=ttl)
+                pipe.lrem(recent, 0, hashed)
+                pipe.lpush(recent, hashed)
+                pipe.ltrim(recent, 0, self.lifetimes.grounding_max_per_tool - 1)
+                pipe.expire(recent, ttl)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("save_grounding", type(exc).__name__) from exc
+
+    async def grounding(
+        self, tenant: str, tool: str, canonical_args: str, limit: int
+    ) -> list[JSONObject]:
+        """Real observations of ``tool``: the exact-arguments one first, then the most recent."""
+        exact = args_hash(canonical_args)
+        try:
+            hashes = await self._redis.lrange(self.keys.grounding_recent(tenant, tool), 0, -1)
+            recent = [h.decode() if isinstance(h, bytes) else str(h) for h in hashes]
+            ordered = [exact] + [h for h in recent if h != exact]
+            wanted = ordered[: limit + 1]
+            raws = await self._redis.mget([self.keys.grounding(tenant, tool, h) for h in wanted])
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("grounding", type(exc).__name__) from exc
+        found = [entry for raw in raws if (entry := _loads(raw)) is not None]
+        return found[:limit]
+
+
+class InProcessStore:
+    """The embedded default: the same behaviour in one process's memory, with TTLs honoured."""
+
+    kind = "in-process"
+
+    def __init__(self, *, lifetimes: Lifetimes | None = None, max_keys: int = 100_000) -> None:
+        self.lifetimes = lifetimes or Lifetimes()
+        self._keys = Keys()
+        self._max_keys = max_keys
+        self._data: OrderedDict[str, tuple[float, Any]] = OrderedDict()
+
+    def _get(self, key: str) -> Any:
+        item = self._data.get(key)
+        if item is None:
+            return None
+        expires_at, value = item
+        if expires_at <= time.monotonic():
+            del self._data[key]
+            return None
+        return value
+
+    def _set(self, key: str, value: Any, ttl_s: int) -> None:
+        self._data[key] = (time.monotonic() + ttl_s, value)
+        self._data.move_to_end(key)
+        while len(self._data) > self._max_keys:  # bounded memory: oldest writes go first
+            self._data.popitem(last=False)
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._data.clear()
+
+    async def save_trace(self, tenant: str, rehearsal_id: str, trace: JSONObject) -> None:
+        self._set(self._keys.trace(tenant, rehearsal_id), _dumps(trace), self.lifetimes.trace_s)
+
+    async def load_trace(self, tenant: str, rehearsal_id: str) -> JSONObject | None:
+        return _loads(self._get(self._keys.trace(tenant, rehearsal_id)))
+
+    async def save_pending(self, tool_call_id: str, record: JSONObject) -> None:
+        self._set(self._keys.pending(tool_call_id), _dumps(record), self.lifetimes.pending_s)
+
+    async def take_pending(self, tool_call_id: str) -> JSONObject | None:
+        key = self._keys.pending(tool_call_id)
+        value = self._get(key)
+        self._data.pop(key, None)
+        return _loads(value)
+
+    async def append_memory(self, tenant: str, session: str, entries: list[JSONObject]) -> None:
+        if not entries:
+            return
+        key = self._keys.memory(tenant, session)
+        current: list[bytes] = self._get(key) or []
+        fresh = [_dumps(entry) for entry in reversed(entries)] + current
+        self._set(key, fresh[: self.lifetimes.memory_max_entries], self.lifetimes.memory_s)
+
+    async def recent_memory(self, tenant: str, session: str, limit: int) -> list[JSONObject]:
+        raws: list[bytes] = self._get(self._keys.memory(tenant, session)) or []
+        return [entry for raw in raws[:limit] if (entry := _loads(raw)) is not None]
+
+    async def save_grounding(
+        self, tenant: str, tool: str, canonical_args: str, observation: JSONObject
+    ) -> None:
+        hashed = args_hash(canonical_args)
+        ttl = self.lifetimes.grounding_s
+        self._set(self._keys.grounding(tenant, tool, hashed), _dumps(observation), ttl)
+        recent_key = self._keys.grounding_recent(tenant, tool)
+        recent: list[str] = [h for h in (self._get(recent_key) or []) if h != hashed]
+        self._set(recent_key, [hashed, *recent][: self.lifetimes.grounding_max_per_tool], ttl)
+
+    async def grounding(
+        self, tenant: str, tool: str, canonical_args: str, limit: int
+    ) -> list[JSONObject]:
+        exact = args_hash(canonical_args)
+        recent: list[str] = self._get(self._keys.grounding_recent(tenant, tool)) or []
+        ordered = [exact] + [h for h in recent if h != exact]
+        found = [
+            entry
+            for h in ordered
+            if (entry := _loads(self._get(self._keys.grounding(tenant, tool, h)))) is not None
+        ]
+        return found[:limit]

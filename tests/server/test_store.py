@@ -1,0 +1,98 @@
+"""The rehearsal store on real Redis and in process: same behaviour, every key expiring."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from server.keys import Keys, Lifetimes
+from server.store import InProcessStore, RedisStore, RehearsalStore, StoreUnavailable
+from tests.support.procs import free_port
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(params=["redis", "in-process"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[RehearsalStore]:
+    """A fresh store; the Redis one lives under a unique prefix that is dropped afterwards."""
+    lifetimes = Lifetimes(memory_max_entries=3, grounding_max_per_tool=2)
+    if request.param == "in-process":
+        yield InProcessStore(lifetimes=lifetimes)
+        return
+    keys = Keys(prefix=f"rgwtest-{uuid.uuid4().hex[:8]}:")
+    redis_store = RedisStore(REDIS_URL, keys=keys, lifetimes=lifetimes)
+    yield redis_store
+    raw = aioredis.Redis.from_url(REDIS_URL)
+    async for key in raw.scan_iter(match=keys.pattern()):
+        await raw.delete(key)
+    await raw.aclose()
+    await redis_store.close()
+
+
+async def test_trace_round_trips_per_tenant(store: RehearsalStore) -> None:
+    """A trace saved by one tenant is read back by it and invisible to another."""
+    await store.save_trace("t1", "rh_1", {"mode": "parallel", "candidates": [1, 2]})
+    assert await store.load_trace("t1", "rh_1") == {"mode": "parallel", "candidates": [1, 2]}
+    assert await store.load_trace("t2", "rh_1") is None
+
+
+async def test_pending_is_taken_once(store: RehearsalStore) -> None:
+    """A pending observation is handed out exactly once, so racing replicas record it once."""
+    await store.save_pending("call_a", {"tool": "get_order", "imagined": {"ok": True}})
+    assert await store.take_pending("call_a") == {"tool": "get_order", "imagined": {"ok": True}}
+    assert await store.take_pending("call_a") is None
+
+
+async def test_memory_is_capped_newest_first(store: RehearsalStore) -> None:
+    """Session memory keeps only the newest entries, newest first."""
+    await store.append_memory("t", "s", [{"i": 1}, {"i": 2}])
+    await store.append_memory("t", "s", [{"i": 3}, {"i": 4}])
+    await store.append_memory("t", "s", [])
+    assert await store.recent_memory("t", "s", 10) == [{"i": 4}, {"i": 3}, {"i": 2}]
+    assert await store.recent_memory("t", "s", 1) == [{"i": 4}]
+    assert await store.recent_memory("other", "s", 10) == []
+
+
+async def test_grounding_prefers_exact_arguments_then_recent(store: RehearsalStore) -> None:
+    """Grounding returns the exact-arguments observation first, then the newest of the tool."""
+    await store.save_grounding("t", "get_order", '{"id":1}', {"result": 1})
+    await store.save_grounding("t", "get_order", '{"id":2}', {"result": 2})
+    await store.save_grounding("t", "get_order", '{"id":3}', {"result": 3})
+    assert await store.grounding("t", "get_order", '{"id":2}', 5) == [{"result": 2}, {"result": 3}]
+    assert await store.grounding("t", "get_order", '{"id":9}', 1) == [{"result": 3}]
+    assert await store.grounding("other", "get_order", '{"id":2}', 5) == []
+
+
+async def test_every_redis_key_has_a_ttl() -> None:
+    """Each kind of key the store writes carries an expiry."""
+    keys = Keys(prefix=f"rgwtest-{uuid.uuid4().hex[:8]}:")
+    store = RedisStore(REDIS_URL, keys=keys)
+    raw = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await store.save_trace("t", "rh", {"a": 1})
+        await store.save_pending("call", {"a": 1})
+        await store.append_memory("t", "s", [{"a": 1}])
+        await store.save_grounding("t", "tool", "{}", {"a": 1})
+        found = [key async for key in raw.scan_iter(match=keys.pattern())]
+        assert len(found) == 5
+        for key in found:
+            assert await raw.ttl(key) > 0, key
+    finally:
+        for key in [key async for key in raw.scan_iter(match=keys.pattern())]:
+            await raw.delete(key)
+        await raw.aclose()
+        await store.close()
+
+
+async def test_unreachable_redis_raises_store_unavailable() -> None:
+    """A Redis that does not answer becomes StoreUnavailable naming the operation."""
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.save_trace("t", "rh", {})
+    assert caught.value.op == "save_trace"
+    with pytest.raises(StoreUnavailable):
+        await store.ping()
+    await store.close()
