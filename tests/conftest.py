@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
+from tests.support.vllm import VllmEnvMissing, start_vllm
 
 
 @pytest.fixture
@@ -29,3 +30,18 @@ def start_twin(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
     yield _start
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """A real vLLM CPU server serving the tiny Qwen3 as ``tiny-qwen3``, shared by the session.
+
+    Tests using it carry ``@pytest.mark.vllm`` and a ``timeout`` mark that covers its cold start
+    (~30 s). A missing ``.venv-vllm`` fails the test with the fix (`make vllm-env`), never skips.
+    """
+    try:
+        proc = start_vllm(tmp_path_factory.mktemp("vllm") / "vllm-serve.log")
+    except VllmEnvMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield proc
+    proc.stop()

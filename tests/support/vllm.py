@@ -1,0 +1,102 @@
+"""Run a real vLLM (the CPU build) on loopback, serving a tiny random Qwen3, for tests.
+
+`make vllm-env` (scripts/vllm_env.sh) builds the separate ``.venv-vllm`` and the model in
+``.cache/tiny-qwen3``; this module only starts and stops the server. The flags are those a
+production deployment for EnvACE-Qwen3 uses (hermes tool parser, qwen3 reasoning parser, cached
+token counts in usage), so the wire format the tests see is the one the gateway will see.
+
+A missing environment is an error, not a skip: a suite that silently skips its real-engine half
+would let the engine twin drift from vLLM unnoticed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from tests.support.procs import ROOT, Proc, free_port, start_http_server
+
+VLLM_VENV = ROOT / ".venv-vllm"
+VLLM_BIN = VLLM_VENV / "bin" / "vllm"
+TINY_QWEN3_DIR = ROOT / ".cache" / "tiny-qwen3"
+SERVED_MODEL_NAME = "tiny-qwen3"
+MAX_MODEL_LEN = 2048
+# Cold start measured at 25-33 s on an idle 2-core machine; leave room for a busy one.
+START_TIMEOUT_S = 240.0
+
+VLLM_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default would reserve far more than a test needs
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    # Our .venv's settings must not leak into the other interpreter.
+    "PYTHONPATH": "",
+    "VIRTUAL_ENV": str(VLLM_VENV),
+}
+
+
+class VllmEnvMissing(RuntimeError):
+    """The vLLM environment or the tiny model has not been built on this machine."""
+
+
+def check_vllm_env() -> None:
+    """Raise `VllmEnvMissing`, naming the fix, unless the environment and model are in place."""
+    missing = [
+        str(path.relative_to(ROOT))
+        for path in (VLLM_BIN, VLLM_VENV / ".vllm-env-stamp", TINY_QWEN3_DIR / "config.json")
+        if not path.exists()
+    ]
+    if missing:
+        raise VllmEnvMissing(
+            "the real-vLLM tests need the vLLM CPU environment, and "
+            + ", ".join(missing)
+            + " is missing: run `make vllm-env` (about 2 minutes once, then cached)"
+        )
+
+
+def vllm_argv(port: int, *extra: str) -> list[str]:
+    """The `vllm serve` command line for the tiny model on ``port``, plus ``extra`` flags."""
+    return [
+        str(VLLM_BIN),
+        "serve",
+        str(TINY_QWEN3_DIR),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        SERVED_MODEL_NAME,
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--reasoning-parser",
+        "qwen3",
+        "--enable-prompt-tokens-details",
+        "--enforce-eager",  # skips graph capture: starts in ~30 s instead of ~50 s
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--dtype",
+        "bfloat16",
+        "--seed",
+        "0",
+        *extra,
+    ]
+
+
+def start_vllm(log_path: Path, extra_args: Sequence[str] = ()) -> Proc:
+    """Start a real vLLM server on a free loopback port and wait for ``/health``.
+
+    The caller owns the returned process and must ``stop()`` it; it uses ~2.5 GB of memory, so
+    run one at a time. ``log_path`` receives the server's whole output (shown on a failed start).
+    """
+    check_vllm_env()
+    port = free_port()
+    return start_http_server(
+        vllm_argv(port, *extra_args),
+        port=port,
+        log_path=log_path,
+        env=VLLM_ENV,
+        timeout=START_TIMEOUT_S,
+    )
