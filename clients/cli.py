@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 # name -> module exposing register(subparsers); order is the order shown in --help.
-SUBCOMMANDS: tuple[str, ...] = ("twin.cli",)
+SUBCOMMANDS: tuple[str, ...] = ("twin.cli", "server.cli", "clients.top")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,421 @@
+"""`rehearsal-gateway top`: a live terminal view of a running gateway, read from its /metrics.
+
+The pure part turns exposition text into a `MetricsSnapshot`, two snapshots into a `TopFrame`
+(the numbers an operator watches: traffic, rehearsal against real tool-call latency, fidelity,
+vetoes, tokens by role, engines), and a frame into rich renderables. The I/O loop around it only
+fetches, times and redraws, so the view can be tested from a fixed snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    # httpx and prometheus_client are imported where they are used: they are most of this
+    # module's import time, and the CLI imports every subcommand's module to build its parser.
+    import httpx
+
+PREFIX = "rehearsal_gateway_"
+TOKEN_KINDS = ("prompt", "completion", "cached")
+# (row label, histogram name without prefix) for the latency table, in display order.
+LATENCIES = (
+    ("rehearsal", "rehearsal_duration_seconds"),
+    ("real tool call", "real_tool_call_seconds"),
+    ("imagined observation", "imagined_observation_seconds"),
+    ("commit", "commit_duration_seconds"),
+    ("request", "request_duration_seconds"),
+    ("gateway overhead", "overhead_seconds"),
+)
+
+Labels = Mapping[str, str]
+
+
+class GatewayUnreachable(Exception):
+    """The gateway's /metrics could not be read; the message says why in a few words."""
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Every sample of one /metrics page, by series name (`x_total`, `x_bucket`, …)."""
+
+    series: Mapping[str, tuple[tuple[Labels, float], ...]]
+
+    def samples(self, name: str) -> tuple[tuple[Labels, float], ...]:
+        return self.series.get(PREFIX + name, ())
+
+    def total(self, name: str) -> float:
+        return sum(value for _, value in self.samples(name))
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        totals: dict[str, float] = defaultdict(float)
+        for labels, value in self.samples(name):
+            totals[labels.get(label, "")] += value
+        return dict(totals)
+
+    def quantile(self, name: str, q: float) -> float | None:
+        """Prometheus' histogram_quantile over all label sets of a histogram, since start."""
+        cumulative: dict[float, float] = defaultdict(float)
+        for labels, value in self.samples(name + "_bucket"):
+            cumulative[float(labels["le"])] += value
+        return bucket_quantile(q, sorted(cumulative.items()))
+
+
+def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
+    """Interpolate quantile q in cumulative (upper bound, count) buckets, as Prometheus does."""
+    if not buckets or buckets[-1][0] != math.inf or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for index, (upper, count) in enumerate(buckets):
+        if count >= rank:
+            if upper == math.inf:
+                # Beyond the largest finite bound: report that bound, like Prometheus.
+                return buckets[index - 1][0] if index > 0 else None
+            if count == below:
+                return upper
+            return lower + (upper - lower) * (rank - below) / (count - below)
+        lower, below = upper, count
+    return None
+
+
+def parse_snapshot(text: str) -> MetricsSnapshot:
+    """Parse Prometheus text exposition; raises ValueError when the text is not one."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    series: dict[str, list[tuple[Labels, float]]] = defaultdict(list)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            series[sample.name].append((dict(sample.labels), sample.value))
+    return MetricsSnapshot({name: tuple(values) for name, values in series.items()})
+
+
+@dataclass(frozen=True)
+class LatencyRow:
+    label: str
+    p50: float | None
+    p95: float | None
+    count: float
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    name: str
+    healthy: bool | None
+    queue_depth: float | None
+
+
+@dataclass(frozen=True)
+class TopFrame:
+    """The numbers one refresh shows. Rates need a previous snapshot; quantiles are since start."""
+
+    url: str
+    requests_per_s: float | None
+    requests: float
+    in_flight: float
+    outcomes: dict[str, float]
+    latencies: tuple[LatencyRow, ...]
+    fidelity_mean: float | None
+    fidelity_count: float
+    vetoes: dict[str, float]
+    early_exits: float
+    degraded: dict[str, float]
+    store_errors: float
+    tokens: dict[str, dict[str, float]]
+    engines: tuple[EngineRow, ...] = field(default=())
+
+    def latency(self, label: str) -> LatencyRow:
+        return next(row for row in self.latencies if row.label == label)
+
+    def p95_ratio(self) -> float | None:
+        """Rehearsal p95 over real tool-call p95: below 1, rehearsing costs less than one call."""
+        rehearsal, real = self.latency("rehearsal").p95, self.latency("real tool call").p95
+        if rehearsal is None or not real:
+            return None
+        return rehearsal / real
+
+
+def _counter_delta(current: float, previous: float) -> float:
+    # A counter that went down was reset (a restarted gateway): count from zero, as rate() does.
+    return current - previous if current >= previous else current
+
+
+def build_frame(
+    url: str,
+    current: MetricsSnapshot,
+    previous: MetricsSnapshot | None = None,
+    elapsed_s: float = 0.0,
+) -> TopFrame:
+    """Turn the latest snapshot (and the one before it, for rates) into what `top` shows."""
+    requests = current.total("requests_total")
+    rate = None
+    if previous is not None and elapsed_s > 0:
+        rate = _counter_delta(requests, previous.total("requests_total")) / elapsed_s
+    fidelity_count = current.total("fidelity_count")
+    tokens: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(TOKEN_KINDS, 0.0))
+    for labels, value in current.samples("tokens_total"):
+        tokens[labels.get("role", "")][labels.get("kind", "")] = value
+    return TopFrame(
+        url=url,
+        requests_per_s=rate,
+        requests=requests,
+        in_flight=current.total("in_flight_requests"),
+        outcomes=current.by_label("requests_total", "outcome"),
+        latencies=tuple(
+            LatencyRow(
+                label,
+                current.quantile(name, 0.5),
+                current.quantile(name, 0.95),
+                current.total(name + "_count"),
+            )
+            for label, name in LATENCIES
+        ),
+        fidelity_mean=current.total("fidelity_sum") / fidelity_count if fidelity_count else None,
+        fidelity_count=fidelity_count,
+        vetoes=current.by_label("vetoes_total", "code"),
+        early_exits=current.total("early_exits_total"),
+        degraded=current.by_label("degraded_total", "reason"),
+        store_errors=current.total("store_errors_total"),
+        tokens=dict(tokens),
+        engines=_engines(current),
+    )
+
+
+def _engines(snapshot: MetricsSnapshot) -> tuple[EngineRow, ...]:
+    # With several workers a gauge may come once per process: an engine counts as healthy only
+    # if every worker saw it healthy, and its queue is the deepest any worker saw.
+    health: dict[str, list[float]] = defaultdict(list)
+    depth: dict[str, list[float]] = defaultdict(list)
+    for labels, value in snapshot.samples("engine_healthy"):
+        health[labels.get("engine", "")].append(value)
+    for labels, value in snapshot.samples("engine_queue_depth"):
+        depth[labels.get("engine", "")].append(value)
+    return tuple(
+        EngineRow(
+            name,
+            min(health[name]) >= 1 if name in health else None,
+            max(depth[name]) if name in depth else None,
+        )
+        for name in sorted(health.keys() | depth.keys())
+    )
+
+
+def format_seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value < 1:
+        return f"{value * 1000:.1f} ms"
+    if value < 120:
+        return f"{value:.2f} s"
+    return f"{value / 60:.1f} min"
+
+
+def format_count(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _breakdown(counts: dict[str, float]) -> str:
+    shown = [f"{key} {format_count(value)}" for key, value in sorted(counts.items()) if value]
+    return ", ".join(shown) if shown else "none"
+
+
+def render(frame: TopFrame, interval_s: float) -> RenderableType:
+    """The whole view for one frame."""
+    header = Text.assemble(
+        ("rehearsal-gateway top", "bold"),
+        f"  {frame.url}  refresh {interval_s:g}s  quantiles since gateway start",
+    )
+    rate = "—" if frame.requests_per_s is None else f"{frame.requests_per_s:.1f}"
+    traffic = Text(
+        f"requests/s {rate}   in flight {format_count(frame.in_flight)}   "
+        f"requests {format_count(frame.requests)} ({_breakdown(frame.outcomes)})"
+    )
+    return Group(
+        header,
+        traffic,
+        _latency_table(frame),
+        _rehearsal_table(frame),
+        _tokens_table(frame),
+        _engines_table(frame),
+    )
+
+
+def _latency_table(frame: TopFrame) -> Table:
+    ratio = frame.p95_ratio()
+    caption = "rehearsal p95 / real-call p95: " + ("—" if ratio is None else f"{ratio:.2f}")
+    table = Table(title="Latency", caption=caption, box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("phase")
+    for name in ("p50", "p95", "count"):
+        table.add_column(name, justify="right")
+    for row in frame.latencies:
+        table.add_row(
+            row.label, format_seconds(row.p50), format_seconds(row.p95), format_count(row.count)
+        )
+    return table
+
+
+def _rehearsal_table(frame: TopFrame) -> Table:
+    table = Table(title="Rehearsal", box=box.SIMPLE_HEAD, title_justify="left", show_header=False)
+    table.add_column("signal")
+    table.add_column("value")
+    fidelity = "—" if frame.fidelity_mean is None else f"{frame.fidelity_mean:.2f}"
+    table.add_row("fidelity (mean)", f"{fidelity} over {format_count(frame.fidelity_count)}")
+    table.add_row("vetoes", _breakdown(frame.vetoes))
+    table.add_row("early exits", format_count(frame.early_exits))
+    table.add_row("degraded", _breakdown(frame.degraded))
+    table.add_row("store errors", format_count(frame.store_errors))
+    return table
+
+
+def _tokens_table(frame: TopFrame) -> Table:
+    table = Table(title="Tokens by role", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("role")
+    for kind in TOKEN_KINDS:
+        table.add_column(kind, justify="right")
+    for role in sorted(frame.tokens):
+        kinds = frame.tokens[role]
+        table.add_row(role, *(format_count(kinds.get(kind, 0.0)) for kind in TOKEN_KINDS))
+    return table
+
+
+def _engines_table(frame: TopFrame) -> Table:
+    table = Table(title="Engines", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("engine")
+    table.add_column("health")
+    table.add_column("queue", justify="right")
+    for engine in frame.engines:
+        health = {True: "up", False: "DOWN", None: "?"}[engine.healthy]
+        queue = "—" if engine.queue_depth is None else format_count(engine.queue_depth)
+        table.add_row(engine.name, health, queue)
+    return table
+
+
+def render_unreachable(url: str, reason: str, retry_s: float | None) -> RenderableType:
+    """The view shown while the gateway cannot be read."""
+    message = f"Cannot read {metrics_url(url)}: {reason}."
+    if retry_s is not None:
+        message += f"\nRetrying every {retry_s:g}s; Ctrl-C to quit."
+    return Panel(Text(message), title="gateway unreachable", box=box.ASCII, expand=False)
+
+
+def render_text(view: RenderableType, width: int = 100) -> str:
+    """A view as plain text at a fixed width (no colour): what the snapshot tests compare."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    console.print(view)
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+
+def metrics_url(url: str) -> str:
+    return url.rstrip("/") + "/metrics"
+
+
+def fetch_metrics(client: httpx.Client, url: str) -> MetricsSnapshot:
+    """Read and parse the gateway's /metrics, or raise GatewayUnreachable saying why."""
+    import httpx
+
+    try:
+        response = client.get(metrics_url(url))
+    except httpx.ConnectError as exc:
+        raise GatewayUnreachable("connection refused or host unknown") from exc
+    except httpx.TimeoutException as exc:
+        raise GatewayUnreachable("timed out") from exc
+    except httpx.HTTPError as exc:
+        raise GatewayUnreachable(type(exc).__name__) from exc
+    if response.status_code != 200:
+        raise GatewayUnreachable(f"HTTP {response.status_code}")
+    try:
+        return parse_snapshot(response.text)
+    except ValueError as exc:
+        raise GatewayUnreachable("the answer is not Prometheus text exposition") from exc
+
+
+class Poller:
+    """Fetches one frame per call, keeping the previous snapshot to turn counters into rates."""
+
+    def __init__(self, client: httpx.Client, url: str, interval_s: float) -> None:
+        self._client, self._url, self._interval_s = client, url, interval_s
+        self._previous: tuple[MetricsSnapshot, float] | None = None
+
+    def poll(self, retry: bool) -> tuple[RenderableType, bool]:
+        """The next view, and whether the gateway answered."""
+        try:
+            snapshot = fetch_metrics(self._client, self._url)
+        except GatewayUnreachable as exc:
+            self._previous = None
+            return render_unreachable(
+                self._url, str(exc), self._interval_s if retry else None
+            ), False
+        now = time.monotonic()
+        if self._previous is None:
+            frame = build_frame(self._url, snapshot)
+        else:
+            previous, then = self._previous
+            frame = build_frame(self._url, snapshot, previous, now - then)
+        self._previous = (snapshot, now)
+        return render(frame, self._interval_s), True
+
+
+def run(url: str, interval_s: float, once: bool, console: Console | None = None) -> int:
+    """The I/O loop: 0 on Ctrl-C (live) or a rendered frame (--once), 1 if unreachable once."""
+    import httpx
+
+    console = console or Console()
+    try:
+        with httpx.Client(timeout=httpx.Timeout(max(interval_s, 1.0))) as client:
+            poller = Poller(client, url, interval_s)
+            if once:
+                view, answered = poller.poll(retry=False)
+                console.print(view)
+                return 0 if answered else 1
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    view, _ = poller.poll(retry=True)
+                    live.update(view, refresh=True)
+                    time.sleep(interval_s)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def _command(args: argparse.Namespace) -> int:
+    return run(args.url, args.interval, args.once)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `top` subcommand."""
+    parser = subparsers.add_parser(
+        "top",
+        help="live terminal view of a running gateway's metrics",
+        description="Show a gateway's traffic, rehearsal vs real tool-call latency, fidelity, "
+        "tokens and engines, read from its /metrics and refreshed every interval.",
+    )
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway's base URL")
+    parser.add_argument(
+        "--interval", type=_positive_float, default=1.0, help="seconds between refreshes"
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="print one frame and exit (non-zero when the gateway cannot be read)",
+    )
+    parser.set_defaults(func=_command)
