@@ -1,0 +1,189 @@
+"""The rehearsal budget: how much private rehearsal one request may spend, validated once.
+
+A request's knobs come from three places, in order of precedence: the body's ``rehearsal`` object,
+the ``X-Rehearsal-*`` headers, then the server's defaults. ``resolve_budget`` merges them into a
+frozen ``Budget`` and checks every value against ``BudgetCaps``. Nothing is ever clamped: a value
+of the wrong type or outside the caps raises ``BudgetError`` naming the parameter as the client
+spelled it (``rehearsal.budget`` for a body field, ``X-Rehearsal-Budget`` for a header), which the
+server turns into a 400. A budget of 0 means "off", whatever the mode says.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal, get_args
+
+from rehearsal.errors import BudgetError
+
+Mode = Literal["off", "parallel", "sequential"]
+CommitRule = Literal["reflect", "select"]
+
+MODES: tuple[str, ...] = get_args(Mode)
+COMMIT_RULES: tuple[str, ...] = get_args(CommitRule)
+
+# Header name -> Budget field. Headers carry only the knobs a plain HTTP client most often needs.
+HEADERS: dict[str, str] = {
+    "X-Rehearsal-Mode": "mode",
+    "X-Rehearsal-Budget": "budget",
+    "X-Rehearsal-Depth": "depth",
+    "X-Rehearsal-Commit": "commit",
+    "X-Rehearsal-Deadline-Ms": "deadline_ms",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetCaps:
+    """Upper bounds an operator sets; requests beyond them are rejected, never clamped."""
+
+    max_budget: int = 8
+    max_depth: int = 4
+    max_deadline_ms: int = 120_000
+    max_temperature: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """The resolved knobs of one rehearsal. Defaults follow EnvACE's evaluation sampling."""
+
+    mode: Mode = "parallel"
+    budget: int = 4
+    depth: int = 1
+    commit: CommitRule = "reflect"
+    deadline_ms: int = 20_000
+    temperature: float = 0.6
+    top_p: float = 0.95
+    early_exit: bool = True
+    trace: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether this budget asks for any rehearsal at all."""
+        return self.mode != "off" and self.budget > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The knobs as a JSON object (the trace stores it as is)."""
+        return asdict(self)
+
+    def max_engine_calls(self, calls_per_turn: int = 1) -> int:
+        """The most engine calls this budget can cost, for turns of ``calls_per_turn`` tool calls.
+
+        One trajectory of depth d costs ``c + (d - 1) * (1 + c)`` calls after its first acting
+        turn: c imagined results per step, plus one acting call for every step after the first.
+        See docs/rehearsal.md for the exact count and when early exits make it smaller.
+        """
+        if not self.active:
+            return 1
+        c, d, k = calls_per_turn, self.depth, self.budget
+        walk = c + (d - 1) * (1 + c)
+        reflect = 1 if self.commit == "reflect" else 0
+        if self.mode == "parallel":
+            return 1 + k * walk + reflect
+        return k * (1 + walk) + reflect
+
+
+def _field_names() -> tuple[str, ...]:
+    return tuple(Budget.__dataclass_fields__)
+
+
+def _as_int(param: str, value: object, *, from_text: bool) -> int:
+    if from_text and isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise BudgetError(param, f"expected an integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BudgetError(param, f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _as_float(param: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BudgetError(param, f"expected a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise BudgetError(param, "expected a finite number")
+    return number
+
+
+def _as_choice(param: str, value: object, choices: tuple[str, ...]) -> str:
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in choices:
+        raise BudgetError(param, f"expected one of {', '.join(choices)}, got {value!r}")
+    return choices[choices.index(text)]
+
+
+def _coerce(name: str, param: str, value: object, *, from_text: bool) -> object:
+    """One knob's value in its field's type, or a BudgetError naming ``param``."""
+    if name == "mode":
+        return _as_choice(param, value, MODES)
+    if name == "commit":
+        return _as_choice(param, value, COMMIT_RULES)
+    if name in ("budget", "depth", "deadline_ms"):
+        return _as_int(param, value, from_text=from_text)
+    if name in ("temperature", "top_p"):
+        return _as_float(param, value)
+    if not isinstance(value, bool):
+        raise BudgetError(param, f"expected a boolean, got {type(value).__name__}")
+    return value
+
+
+def check_budget(budget: Budget, caps: BudgetCaps, params: Mapping[str, str]) -> None:
+    """Raise BudgetError unless every knob of ``budget`` lies within ``caps``.
+
+    ``params`` maps a field to the name the client used for it; fields absent from it were
+    defaults, reported as ``default.<field>`` (a server misconfiguration, not a client error).
+    """
+
+    def fail(name: str, message: str) -> None:
+        raise BudgetError(params.get(name, f"default.{name}"), message)
+
+    if not 0 <= budget.budget <= caps.max_budget:
+        fail("budget", f"must be between 0 and {caps.max_budget}")
+    if not 1 <= budget.depth <= caps.max_depth:
+        fail("depth", f"must be between 1 and {caps.max_depth}")
+    if not 1 <= budget.deadline_ms <= caps.max_deadline_ms:
+        fail("deadline_ms", f"must be between 1 and {caps.max_deadline_ms}")
+    if not 0.0 <= budget.temperature <= caps.max_temperature:
+        fail("temperature", f"must be between 0 and {caps.max_temperature}")
+    if not 0.0 < budget.top_p <= 1.0:
+        fail("top_p", "must be greater than 0 and at most 1")
+
+
+def resolve_budget(
+    body: object = None,
+    headers: Mapping[str, str] | None = None,
+    *,
+    defaults: Budget,
+    caps: BudgetCaps,
+) -> Budget:
+    """Merge the body's ``rehearsal`` object, then the headers, over ``defaults``; check caps.
+
+    ``body`` is the raw JSON value of the ``rehearsal`` field (``None`` when absent); a ``null``
+    knob inside it means "not given". Header names are matched case-insensitively; other headers
+    are ignored. Unknown body fields are rejected so that a typo never passes silently.
+    """
+    if body is not None and not isinstance(body, Mapping):
+        raise BudgetError("rehearsal", "expected an object")
+    fields = _field_names()
+    chosen: dict[str, object] = {}
+    params: dict[str, str] = {}
+    lowered = {key.lower(): value for key, value in (headers or {}).items()}
+    for header, name in HEADERS.items():
+        raw = lowered.get(header.lower())
+        if raw is not None:
+            chosen[name] = _coerce(name, header, raw, from_text=True)
+            params[name] = header
+    for key, value in (body or {}).items():
+        param = f"rehearsal.{key}"
+        if key not in fields:
+            raise BudgetError(param, "unknown rehearsal parameter")
+        if value is not None:
+            chosen[key] = _coerce(key, param, value, from_text=False)
+            params[key] = param
+    budget = replace(defaults, **chosen)  # type: ignore[arg-type]
+    check_budget(budget, caps, params)
+    if budget.budget == 0:
+        budget = replace(budget, mode="off")
+    return budget

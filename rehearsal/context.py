@@ -1,0 +1,302 @@
+"""One rehearsal in flight: the engine and store calls it makes, and the trajectories it walks.
+
+``RehearsalContext`` is the planner's per-request workspace. It owns the bookkeeping that must be
+exact — engine calls and tokens by role, faults, time by phase — and the two moves every mode is
+made of: *act* (an acting call with the request's tools) and *imagine* (one rehearsal-role call
+per tool call). ``walk`` chains them into a trajectory: imagine the first turn's calls, then,
+up to ``depth`` steps, act on the imagined observations and imagine again, stopping at a final
+answer, at an observation that is not ``ok`` (veto, tool error, unparsed), or at the depth.
+
+Walks write into a mutable ``WalkState`` as they go, so that when a deadline cancels them the
+planner still sees every observation that had arrived. Randomness comes from the injected
+``random.Random``: each walk gets its own child generator, drawn in a fixed order, so seeds do not
+depend on how concurrent calls interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from rehearsal.budget import Budget
+from rehearsal.errors import GeneratorError
+from rehearsal.messages import (
+    AssistantTurn,
+    GenerationRequest,
+    GenerationResponse,
+    Message,
+    Role,
+    ToolCall,
+    Usage,
+    canonical_json,
+)
+from rehearsal.parsing import parse_execution_result
+from rehearsal.ports import Generator, MemoryStore
+from rehearsal.prompts import (
+    DEFAULT_SYSTEM_INSTRUCTION,
+    GroundingObservation,
+    rehearsal_messages,
+    rehearsal_user_prompt,
+)
+from rehearsal.trace import Ending, ImaginedObservation, Step, Trajectory
+
+
+@dataclass(frozen=True, slots=True)
+class RehearsalRequest:
+    """The client's chat request, as far as rehearsal needs it.
+
+    ``temperature``, ``top_p`` and ``seed`` are the client's own and are used only for a plain,
+    unrehearsed acting call; rehearsal calls sample with the budget's knobs. ``extra`` (top_k,
+    tool_choice, chat_template_kwargs, ...) is passed through on every acting call.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    tenant: str | None = None
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerSettings:
+    """Operator-level knobs that are not per request."""
+
+    system_instruction: str = DEFAULT_SYSTEM_INSTRUCTION
+    commit_temperature: float = 0.2
+    memory_tokens: int = 600
+    rehearse_max_tokens: int | None = 2048
+    rehearse_extra: Mapping[str, Any] = field(default_factory=lambda: {"top_k": 20})
+    grounding_limit: int = 3
+    session_memory_limit: int = 8
+
+
+@dataclass(slots=True)
+class WalkState:
+    """A trajectory being walked; ``freeze`` turns it into an immutable ``Trajectory``."""
+
+    index: int
+    samples: tuple[int, ...]
+    steps: list[Step]
+    ended: Ending | None = None
+    arrived: dict[int, ImaginedObservation] = field(default_factory=dict)
+
+    def begin(self, turn: AssistantTurn) -> None:
+        """Start the next step with the turn that was just acted."""
+        self.steps.append(Step(turn))
+        self.arrived = {}
+
+    def record(self, position: int, observation: ImaginedObservation) -> None:
+        """Add one observation to the current step, keeping tool-call order."""
+        self.arrived[position] = observation
+        ordered = tuple(self.arrived[i] for i in sorted(self.arrived))
+        self.steps[-1] = Step(self.steps[-1].turn, ordered)
+
+    def freeze(self, unfinished: Ending = "deadline") -> Trajectory:
+        return Trajectory(self.index, self.samples, tuple(self.steps), self.ended or unfinished)
+
+
+class RehearsalContext:
+    """Engine calls, store calls and bookkeeping for one rehearsal (see the module docstring)."""
+
+    def __init__(
+        self,
+        request: RehearsalRequest,
+        budget: Budget,
+        *,
+        generator: Generator,
+        store: MemoryStore | None,
+        settings: PlannerSettings,
+        rng: random.Random,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.request, self.budget, self.settings = request, budget, settings
+        self.generator, self.store, self.rng, self.clock = generator, store, rng, clock
+        self.calls: Counter[str] = Counter()
+        self.tokens: dict[str, Usage] = {}
+        self.faults: list[str] = []
+        self.phases: dict[str, float] = {"act": 0.0, "rehearse": 0.0, "commit": 0.0}
+        self.candidates: list[AssistantTurn] = []
+        self.walks: list[WalkState] = []
+        self._grounding: dict[tuple[str, str], list[GroundingObservation]] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.phases[name] += (self.clock() - started) * 1000.0
+
+    def fault(self, kind: str, detail: str) -> None:
+        self.faults.append(f"{kind}: {detail}")
+
+    def seed(self, rng: random.Random | None = None) -> int:
+        return (rng or self.rng).getrandbits(31)
+
+    async def call(self, request: GenerationRequest) -> GenerationResponse:
+        """One engine call, counted (even when it fails) and its tokens added to its role."""
+        self.calls[request.role] += 1
+        response = await self.generator.generate(request)
+        if not response.choices:
+            raise GeneratorError("engine returned no choices", role=request.role)
+        self.tokens[request.role] = self.tokens.get(request.role, Usage()) + response.usage
+        return response
+
+    def acting_request(
+        self, messages: list[Message], *, n: int, seed: int, role: Role = "act"
+    ) -> GenerationRequest:
+        commit = role == "commit"
+        return GenerationRequest(
+            role=role,
+            messages=tuple(messages),
+            tools=self.request.tools,
+            n=n,
+            temperature=self.settings.commit_temperature if commit else self.budget.temperature,
+            top_p=self.budget.top_p,
+            max_tokens=self.request.max_tokens,
+            seed=seed,
+            extra=self.request.extra,
+        )
+
+    async def act(
+        self, messages: list[Message], *, n: int, seed: int, role: Role = "act"
+    ) -> tuple[AssistantTurn, ...]:
+        response = await self.call(self.acting_request(messages, n=n, seed=seed, role=role))
+        return response.choices
+
+    async def plain(self) -> AssistantTurn:
+        """The unrehearsed acting call a pass-through would make, with the client's sampling."""
+        request = self.request
+        response = await self.call(
+            GenerationRequest(
+                role="act",
+                messages=request.messages,
+                tools=request.tools,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                max_tokens=request.max_tokens,
+                seed=request.seed,
+                extra=request.extra,
+            )
+        )
+        return response.choices[0]
+
+    def new_walk(self, samples: tuple[int, ...], turn: AssistantTurn) -> WalkState:
+        state = WalkState(len(self.walks), samples, [Step(turn)])
+        if turn.is_answer:
+            state.ended = "answer"
+        self.walks.append(state)
+        return state
+
+    async def grounding_for(self, call: ToolCall) -> list[GroundingObservation]:
+        """Real results of this tool for the few-shot section; a store failure means none."""
+        tenant = self.request.tenant
+        if self.store is None or tenant is None or self.settings.grounding_limit <= 0:
+            return []
+        key = (call.name, canonical_json(call.parsed_arguments))
+        if key not in self._grounding:
+            limit = self.settings.grounding_limit
+            try:
+                raw = await self.store.grounding(tenant, key[0], key[1], limit)
+            except Exception as exc:  # any backend failure: rehearse without grounding
+                self.fault("store_error", f"grounding ({type(exc).__name__})")
+                raw = []
+            found = [GroundingObservation.from_dict(item) for item in raw]
+            self._grounding[key] = [g for g in found if g is not None][:limit]
+        return self._grounding[key]
+
+    async def imagine(
+        self, history: list[Message], turn: AssistantTurn, call: ToolCall, seed: int
+    ) -> ImaginedObservation:
+        """One rehearsal-role call: the imagined result of ``call``. Raises GeneratorError."""
+        examples = await self.grounding_for(call)
+        prompt = rehearsal_user_prompt(
+            tools=self.request.tools,
+            grounding=examples,
+            history=history,
+            acting_turn=turn,
+            call=call,
+        )
+        request = GenerationRequest(
+            role="rehearse",
+            messages=rehearsal_messages(self.settings.system_instruction, prompt),
+            n=1,
+            temperature=self.budget.temperature,
+            top_p=self.budget.top_p,
+            max_tokens=self.settings.rehearse_max_tokens,
+            seed=seed,
+            extra=self.settings.rehearse_extra,
+        )
+        started = self.clock()
+        response = await self.call(request)
+        text = response.choices[0].content
+        parsed = parse_execution_result(text)
+        elapsed = (self.clock() - started) * 1000.0
+        return ImaginedObservation(
+            call, parsed.verdict, parsed.result, parsed.code, text, parsed.detail,
+            len(examples), elapsed,
+        )  # fmt: skip
+
+    async def _imagine_step(
+        self, state: WalkState, history: list[Message], rng: random.Random
+    ) -> bool:
+        """Imagine every call of the current step concurrently; False when an engine call failed."""
+        turn = state.steps[-1].turn
+        seeds = [self.seed(rng) for _ in turn.tool_calls]
+        failed = False
+
+        async def one(position: int, call: ToolCall) -> None:
+            nonlocal failed
+            try:
+                state.record(position, await self.imagine(history, turn, call, seeds[position]))
+            except GeneratorError as exc:
+                self.fault("engine_error", f"rehearse {call.name}: {exc}")
+                failed = True
+
+        async with asyncio.TaskGroup() as group:
+            for position, call in enumerate(turn.tool_calls):
+                group.create_task(one(position, call))
+        return not failed
+
+    async def walk(self, state: WalkState, rng: random.Random) -> None:
+        """Walk one trajectory to its end (module docstring); engine failures end it, not raise."""
+        history = list(self.request.messages)
+        for depth in range(1, self.budget.depth + 1):
+            if depth > 1:
+                try:
+                    turn = (await self.act(history, n=1, seed=self.seed(rng)))[0]
+                except GeneratorError as exc:
+                    self.fault("engine_error", f"act at depth {depth}: {exc}")
+                    state.ended = "engine_error"
+                    return
+                state.begin(turn)
+                if turn.is_answer:
+                    state.ended = "answer"
+                    return
+            if not await self._imagine_step(state, history, rng):
+                state.ended = "engine_error"
+                return
+            step = state.steps[-1]
+            if step.worst is not None:
+                state.ended = cast(Ending, step.worst.verdict)  # never "ok": worst excludes it
+                return
+            history.append(step.turn.to_message())
+            history += [_tool_message(o) for o in step.observations]
+        state.ended = "depth"
+
+
+def _tool_message(observation: ImaginedObservation) -> Message:
+    # No "name" field: OpenAI's tool message has none; the history flattener finds the name
+    # from tool_call_id.
+    content = observation.as_tool_content()
+    return {"role": "tool", "tool_call_id": observation.call.id, "content": content}

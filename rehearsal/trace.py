@@ -1,0 +1,239 @@
+"""What a rehearsal produced: imagined observations, trajectories and the result with its trace.
+
+Vocabulary, from the smallest piece up:
+
+- an ``ImaginedObservation`` is one tool call's result as the rehearsal role predicted it;
+- a ``Step`` is one acting turn and the observations imagined for each of its tool calls;
+- a ``Trajectory`` is the steps that followed one candidate action, and how they ``ended``:
+  ``answer`` | ``veto`` | ``error`` | ``unparsed`` | ``depth`` | ``deadline`` | ``engine_error``;
+- the ``RehearsalResult`` holds the committed turn plus everything needed to explain it.
+
+A trajectory's ``outcome`` and ``score`` are pure functions of its steps, so the memory note,
+the commit rule and the trace can never disagree about them. ``outcome`` judges the *first*
+action (what would be committed): the first step's worst observation if any went wrong
+(``veto:<CODE>``, ``unparsed``, ``error``), else ``answer`` when the trajectory reached a final
+answer, ``open`` when a deadline or an engine error cut it short, ``ok`` otherwise. ``score`` is
+1 for an answer and 0 for a bad first step; else the share of rehearsed steps that were clean
+(an answer counts as clean), or 0.5 when nothing was rehearsed yet.
+
+Every object here converts to plain JSON with ``to_dict``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rehearsal.budget import Budget
+from rehearsal.messages import JSON, AssistantTurn, ToolCall, Usage
+from rehearsal.parsing import Verdict
+
+Ending = Literal["answer", "veto", "error", "unparsed", "depth", "deadline", "engine_error"]
+AVOIDED = ("veto", "error", "unparsed")  # the outcomes (and veto prefix) a commit steers away from
+_SEVERITY: dict[str, int] = {"veto": 0, "unparsed": 1, "error": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class ImaginedObservation:
+    """One tool call's result as imagined by the rehearsal role."""
+
+    call: ToolCall
+    verdict: Verdict
+    result: JSON = None
+    code: str | None = None
+    raw: str | None = None
+    detail: str = ""
+    examples: int = 0  # how many grounding observations the prompt carried
+    elapsed_ms: float = 0.0
+
+    @property
+    def outcome(self) -> str:
+        return f"veto:{self.code}" if self.verdict == "veto" else self.verdict
+
+    def as_tool_content(self) -> str:
+        """The observation as a tool message's content, for the next imagined step."""
+        return json.dumps(self.result, ensure_ascii=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "call": self.call.to_dict(),
+            "outcome": self.outcome,
+            "result": self.result,
+            "raw": self.raw,
+            "detail": self.detail,
+            "examples": self.examples,
+            "elapsed_ms": round(self.elapsed_ms, 3),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One acting turn inside a trajectory and what was imagined for its tool calls."""
+
+    turn: AssistantTurn
+    observations: tuple[ImaginedObservation, ...] = ()
+
+    @property
+    def worst(self) -> ImaginedObservation | None:
+        """The most severe observation that is not ``ok`` (veto, then unparsed, then error)."""
+        bad = [o for o in self.observations if o.verdict != "ok"]
+        return min(bad, key=lambda o: _SEVERITY[o.verdict]) if bad else None
+
+    @property
+    def rehearsed(self) -> bool:
+        return self.turn.is_answer or bool(self.observations)
+
+    @property
+    def clean(self) -> bool:
+        return self.turn.is_answer or (self.rehearsed and self.worst is None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "turn": self.turn.to_dict(),
+            "observations": [o.to_dict() for o in self.observations],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """The imagined continuation of one candidate action. ``samples`` index the candidates."""
+
+    index: int
+    samples: tuple[int, ...]
+    steps: tuple[Step, ...]
+    ended: Ending
+
+    @property
+    def first_turn(self) -> AssistantTurn:
+        return self.steps[0].turn
+
+    @property
+    def signature(self) -> str:
+        return self.first_turn.signature
+
+    @property
+    def outcome(self) -> str:
+        first = self.steps[0]
+        if first.turn.is_answer:
+            return "answer"
+        worst = first.worst
+        if worst is not None:
+            return worst.outcome
+        if self.ended in ("deadline", "engine_error"):
+            return "open"
+        return "answer" if self.ended == "answer" else "ok"
+
+    @property
+    def score(self) -> float:
+        first = self.steps[0]
+        if first.turn.is_answer:
+            return 1.0
+        if first.worst is not None:
+            return 0.0
+        rehearsed = [s for s in self.steps if s.rehearsed]
+        if not rehearsed:
+            return 0.5
+        return sum(s.clean for s in rehearsed) / len(rehearsed)
+
+    @property
+    def avoided(self) -> bool:
+        """Whether a commit should steer away from this trajectory's first action."""
+        return self.outcome.split(":", 1)[0] in AVOIDED or self.score < 0.5
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "samples": list(self.samples),
+            "signature": self.signature,
+            "outcome": self.outcome,
+            "score": round(self.score, 4),
+            "ended": self.ended,
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Wall time by phase in milliseconds (phases of a sequential rehearsal are summed)."""
+
+    act: float = 0.0
+    rehearse: float = 0.0
+    commit: float = 0.0
+    total: float = 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        phases = {"act": self.act, "rehearse": self.rehearse, "commit": self.commit}
+        return {k: round(v, 3) for k, v in {**phases, "total": self.total}.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class RehearsalResult:
+    """The committed turn and the trace that explains it."""
+
+    turn: AssistantTurn
+    budget: Budget
+    candidates: tuple[AssistantTurn, ...] = ()
+    trajectories: tuple[Trajectory, ...] = ()
+    chosen_trajectory: int | None = None
+    chosen_index: int | None = None
+    why: str = ""
+    early_exit: str | None = None
+    degraded: str | None = None
+    faults: tuple[str, ...] = ()
+    memory_note: str | None = None
+    calls: dict[str, int] = field(default_factory=dict)
+    tokens: dict[str, Usage] = field(default_factory=dict)
+    timings: Timings = Timings()
+
+    @property
+    def usage(self) -> Usage:
+        """All tokens spent by every role, which is what the client is billed."""
+        return sum(self.tokens.values(), Usage())
+
+    @property
+    def engine_calls(self) -> int:
+        return sum(self.calls.values())
+
+    @property
+    def distinct_actions(self) -> int:
+        return len({c.signature for c in self.candidates})
+
+    @property
+    def vetoes(self) -> int:
+        return sum(
+            o.verdict == "veto" for t in self.trajectories for s in t.steps for o in s.observations
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The response's ``rehearsal`` object (DESIGN §4) without the id the server mints."""
+        return {
+            "mode": self.budget.mode,
+            "budget": self.budget.budget,
+            "depth": self.budget.depth,
+            "commit": self.budget.commit,
+            "trajectories": len(self.trajectories),
+            "distinct_actions": self.distinct_actions,
+            "vetoes": self.vetoes,
+            "early_exit": self.early_exit is not None,
+            "chosen_index": self.chosen_index,
+            "degraded": self.degraded,
+            "latency_ms": self.timings.to_dict(),
+            "tokens": {role: usage.to_dict() for role, usage in self.tokens.items()},
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The full trace: the summary plus every candidate, trajectory and the reasons."""
+        return {
+            **self.summary(),
+            "budget_knobs": self.budget.to_dict(),
+            "turn": self.turn.to_dict(),
+            "why": self.why,
+            "early_exit_reason": self.early_exit,
+            "chosen_trajectory": self.chosen_trajectory,
+            "faults": list(self.faults),
+            "engine_calls": dict(self.calls),
+            "memory_note": self.memory_note,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "trace": [t.to_dict() for t in self.trajectories],
+        }
