@@ -1,0 +1,196 @@
+"""The app factory: ``create_app(settings)`` builds the FastAPI app; its lifespan owns resources.
+
+The lifespan creates the one ``httpx.AsyncClient`` (explicit timeouts and connection limits), the
+engine pool with a first round of health checks, the background health-check task and the chat
+service, and hands them to routes as one ``GatewayState``. Middleware is pure ASGI: request
+accounting (metrics) outermost, then API keys. Errors reach clients only through the table in
+``server/errors.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server.auth import ApiKeyMiddleware, ApiKeyRing
+from server.engines import EnginePool
+from server.errors import (
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    error_status_and_body,
+    internal_error_body,
+)
+from server.metrics import GatewayMetrics
+from server.relay import ClientDisconnected
+from server.routes import router
+from server.service import PASSTHROUGH, ChatService, EnginesReady
+from server.settings import GatewaySettings
+from server.state import MODE_STATE_KEY, STATE_KEY, GatewayState
+from server.upstream import EngineClient
+
+log = logging.getLogger("rehearsal_gateway.server")
+
+CHAT_PATH = "/v1/chat/completions"
+CLIENT_CLOSED = 499  # nginx's status for "client closed the request"; only ever in metrics
+
+
+def create_app(settings: GatewaySettings) -> FastAPI:
+    """A gateway app for ``settings``; resources are created when its lifespan starts."""
+    metrics = GatewayMetrics(settings.metrics_dir)
+    keyring = ApiKeyRing(key.get_secret_value() for key in settings.api_keys)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, GatewayState]]:
+        async with open_state(settings, metrics, keyring) as state:
+            yield {STATE_KEY: state}
+
+    app = FastAPI(
+        title="Rehearsal Gateway",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.include_router(router)
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ClientDisconnected, _client_gone)
+    app.add_exception_handler(Exception, _internal_error)
+    app.add_middleware(ApiKeyMiddleware, keyring=keyring)
+    app.add_middleware(RequestAccounting, metrics=metrics)
+    return app
+
+
+def app_from_environment() -> FastAPI:
+    """Factory for ``uvicorn --factory`` (each worker process builds its app from ``RGW_*``)."""
+    return create_app(GatewaySettings())
+
+
+@asynccontextmanager
+async def open_state(
+    settings: GatewaySettings, metrics: GatewayMetrics, keyring: ApiKeyRing
+) -> AsyncIterator[GatewayState]:
+    """Create every resource, run until the app stops, then release them in reverse order."""
+    pool = EnginePool.from_specs(
+        settings.engines,
+        metrics,
+        default_concurrency=settings.engine_max_concurrency,
+        aliases=settings.aliases,
+        queue_timeout=settings.queue_timeout,
+    )
+    connections = sum(engine.max_concurrency for engine in pool.engines) + 4 * len(pool.engines)
+    http = httpx.AsyncClient(
+        timeout=httpx.Timeout(
+            connect=settings.connect_timeout,
+            read=settings.read_timeout,
+            write=settings.write_timeout,
+            pool=settings.queue_timeout,
+        ),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        # Relay bytes as the engine sends them; never let proxy variables reroute loopback.
+        headers={"accept-encoding": "identity"},
+        trust_env=False,
+    )
+    engines = EngineClient(http, metrics, settings.health_timeout)
+    chat = ChatService(pool, engines, max_attempts=settings.max_attempts)
+    state = GatewayState(settings, metrics, keyring, http, pool, engines, chat)
+    state.checks.append(EnginesReady(pool))
+    try:
+        await pool.check_all(engines.probe)
+        interval = settings.health_interval
+        health = asyncio.create_task(pool.run_health_checks(engines.probe, interval))
+        log.info(
+            "gateway ready: %d engine(s), %d healthy; API keys %s",
+            len(pool.engines),
+            sum(engine.healthy for engine in pool.engines),
+            "on" if keyring.enabled else "off",
+        )
+        try:
+            yield state
+        finally:
+            health.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await health
+    finally:
+        await http.aclose()
+        metrics.worker_exited(os.getpid())
+
+
+class RequestAccounting:
+    """Pure ASGI: in-flight gauge, request count by mode/outcome and duration, for chat calls."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != CHAT_PATH:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with self.metrics.track_in_flight():
+            try:
+                await self.app(scope, receive, send_and_note)
+            finally:
+                mode = scope.get("state", {}).get(MODE_STATE_KEY, PASSTHROUGH)
+                outcome = "ok" if status < 400 else "client_error" if status < 500 else "error"
+                self.metrics.observe_request(mode, outcome, time.perf_counter() - started)
+
+
+def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> Response:
+    status, body = error_status_and_body(exc)
+    return Response(body, status, headers=headers, media_type="application/json")
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return _error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        return _error_response(
+            MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"),
+            headers=dict(exc.headers or {}),
+        )
+    if exc.status_code == 404:
+        return _error_response(NotFound(f"no route for {request.url.path}"))
+    return _error_response(InvalidRequest(str(exc.detail)))
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    return _error_response(InvalidRequest("the request does not match the endpoint's schema"))
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    return Response(status_code=CLIENT_CLOSED)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+    return Response(internal_error_body(), 500, media_type="application/json")

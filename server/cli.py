@@ -1,0 +1,107 @@
+"""``rehearsal-gateway serve``: run the gateway with uvicorn.
+
+Flags become ``RGW_*`` variables, so flags, environment and worker processes all read one
+``GatewaySettings``. The settings are printed at start with every secret masked. With
+``--workers N`` (N > 1) uvicorn starts N processes that each build the app from the environment,
+and Prometheus metrics switch to multiprocess mode in a shared directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from typing import Any
+
+ENV_PREFIX = "RGW_"
+
+
+def register(subparsers: Any) -> None:
+    """Add ``serve`` to the top-level CLI (imports stay light until it runs)."""
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the OpenAI-compatible gateway in front of one or more vLLM engines",
+        description="Run the gateway. Every flag can also be set as an RGW_* variable.",
+    )
+    parser.add_argument(
+        "--engine",
+        action="append",
+        metavar="URL[,name=N][,roles=act+rehearse][,model=M][,max_concurrency=C]",
+        help="an engine's OpenAI base URL, e.g. http://127.0.0.1:8100/v1 (repeatable)",
+    )
+    parser.add_argument(
+        "--alias", action="append", metavar="PUBLIC=SERVED", help="a public model name (repeatable)"
+    )
+    parser.add_argument("--redis", metavar="URL", help="Redis URL for rehearsal memory")
+    parser.add_argument("--host", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (default 8000)")
+    parser.add_argument("--workers", type=int, help="uvicorn worker processes (default 1)")
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        metavar="KEY",
+        help="require this bearer key (repeatable; prefer RGW_API_KEYS, flags show in `ps`)",
+    )
+    parser.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"))
+    parser.add_argument("--access-log", action="store_true", help="log every request line")
+    parser.set_defaults(func=run)
+
+
+def _export(args: argparse.Namespace) -> None:
+    import orjson
+
+    values: dict[str, str | None] = {
+        "ENGINES": orjson.dumps(args.engine).decode() if args.engine else None,
+        "ALIASES": ",".join(args.alias) if args.alias else None,
+        "REDIS_URL": args.redis,
+        "HOST": args.host,
+        "PORT": None if args.port is None else str(args.port),
+        "WORKERS": None if args.workers is None else str(args.workers),
+        "API_KEYS": orjson.dumps(args.api_key).decode() if args.api_key else None,
+        "LOG_LEVEL": args.log_level,
+    }
+    for name, value in values.items():
+        if value is not None:
+            os.environ[ENV_PREFIX + name] = value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the gateway and block until it stops."""
+    import orjson
+    import uvicorn
+    from pydantic import ValidationError
+
+    from server.settings import GatewaySettings
+
+    _export(args)
+    try:
+        settings = GatewaySettings()
+    except ValidationError as exc:
+        print(f"rehearsal-gateway serve: invalid settings\n{exc}", file=sys.stderr)
+        return 2
+    if settings.workers > 1 and settings.metrics_dir is None:
+        metrics_dir = tempfile.mkdtemp(prefix="rgw-metrics-")
+        os.environ[ENV_PREFIX + "METRICS_DIR"] = metrics_dir
+        settings = GatewaySettings()
+    if settings.metrics_dir is not None:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = settings.metrics_dir
+    shown = orjson.dumps(settings.masked(), option=orjson.OPT_INDENT_2).decode()
+    print(f"rehearsal-gateway serve, settings:\n{shown}", flush=True)
+
+    common: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "access_log": args.access_log,
+        "timeout_graceful_shutdown": 10,
+    }
+    if settings.workers > 1:
+        uvicorn.run(
+            "server.app:app_from_environment", factory=True, workers=settings.workers, **common
+        )
+    else:
+        from server.app import create_app
+
+        uvicorn.run(create_app(settings), **common)
+    return 0

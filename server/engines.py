@@ -1,0 +1,249 @@
+"""The engine pool: which engine serves a call, how much each carries, whether each is alive.
+
+Routing is **session-affine**. A call carries an affinity key (``X-Session-Id``, else the
+request's ``user``, else a hash of the conversation's first messages); among the engines that
+serve the wanted role and model, the one with the highest rendezvous score for that key is
+preferred, so one conversation keeps landing where its prefix is cached, and removing an engine
+only moves the sessions it held. When the preferred engine is unhealthy or at its concurrency
+limit, the least-loaded healthy engine with room takes the call; when all are full the call waits
+(up to ``queue_timeout``) for a slot.
+
+Health comes from two sides: a periodic probe (``/health``, ``/metrics`` for the queue depth,
+``/v1/models`` for served names) and passive marking when a call cannot connect. The pool holds no
+HTTP client: probing is a function handed to ``run_health_checks``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
+from server.metrics import GatewayMetrics
+from server.settings import EngineSpec, Role
+
+log = logging.getLogger("rehearsal_gateway.engines")
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What one health check learned about an engine."""
+
+    healthy: bool
+    queue_depth: float = 0.0
+    models: tuple[str, ...] = ()
+
+
+@dataclass(eq=False, slots=True)
+class Engine:
+    """One upstream engine and its live state."""
+
+    spec: EngineSpec
+    max_concurrency: int
+    name: str = ""
+    base_url: str = ""  # ends in /v1
+    root_url: str = ""  # where /health and /metrics live
+    models: tuple[str, ...] = ()
+    healthy: bool = False
+    in_flight: int = 0
+    queue_depth: float = 0.0
+    _key: bytes = b""
+
+    def __post_init__(self) -> None:
+        self.name = self.spec.label
+        url = self.spec.url
+        self.base_url = url if url.endswith("/v1") else url + "/v1"
+        self.root_url = self.base_url.removesuffix("/v1")
+        self.models = (self.spec.model,) if self.spec.model else ()
+        self._key = self.name.encode()
+
+    @property
+    def roles(self) -> frozenset[Role]:
+        return self.spec.roles
+
+    @property
+    def has_room(self) -> bool:
+        return self.in_flight < self.max_concurrency
+
+    @property
+    def load(self) -> float:
+        """Share of the engine's capacity in use, counting what waits in its own queue."""
+        return (self.in_flight + self.queue_depth) / self.max_concurrency
+
+    def score(self, affinity: bytes) -> int:
+        """Rendezvous-hash weight of this engine for an affinity key."""
+        digest = hashlib.blake2b(affinity + self._key, digest_size=8).digest()
+        return int.from_bytes(digest, "big")
+
+
+def affinity_key(session_id: str | None, user: str | None, messages: Sequence[object]) -> bytes:
+    """The routing key of a call: session header > ``user`` > the first two messages."""
+    if session_id:
+        return b"s:" + session_id.encode()
+    if user:
+        return b"u:" + user.encode()
+    head = orjson.dumps(list(messages[:2]), option=orjson.OPT_SORT_KEYS)
+    return b"m:" + hashlib.blake2b(head, digest_size=16).digest()
+
+
+@dataclass
+class EnginePool:
+    """All engines, the aliases in front of their models, and the routing decision."""
+
+    engines: list[Engine]
+    metrics: GatewayMetrics
+    aliases: dict[str, str] = field(default_factory=dict)
+    queue_timeout: float = 30.0
+    _room: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _waiting: int = 0
+    _wakeups: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @classmethod
+    def from_specs(
+        cls,
+        specs: Iterable[EngineSpec],
+        metrics: GatewayMetrics,
+        *,
+        default_concurrency: int,
+        aliases: dict[str, str],
+        queue_timeout: float,
+    ) -> EnginePool:
+        engines = [Engine(spec, spec.max_concurrency or default_concurrency) for spec in specs]
+        return cls(engines, metrics, dict(aliases), queue_timeout)
+
+    # ---- models
+
+    def served_models(self) -> list[str]:
+        """Every model name some engine serves, in engine order, without repeats."""
+        return list(dict.fromkeys(m for engine in self.engines for m in engine.models))
+
+    def resolve_model(self, requested: str | None) -> str | None:
+        """The served name for a requested model or alias; ``ModelNotFound`` when neither."""
+        if requested is None:
+            return None
+        served = self.aliases.get(requested, requested)
+        # An engine whose models are not known yet (never reached) might serve it: let routing
+        # answer 503 for that case rather than claim the model does not exist.
+        if any(served in engine.models or not engine.models for engine in self.engines):
+            return served
+        raise ModelNotFound(f"the model '{requested}' does not exist", param="model")
+
+    # ---- routing
+
+    def choose(
+        self, role: Role, model: str | None, affinity: bytes, exclude: frozenset[str]
+    ) -> Engine | None:
+        """The engine for a call, or None when every healthy candidate is full."""
+        pool = [
+            e
+            for e in self.engines
+            if role in e.roles
+            and e.name not in exclude
+            and (model is None or model in e.models or not e.models)
+        ]
+        healthy = [e for e in pool if e.healthy]
+        if not healthy:
+            raise EngineUnavailable(
+                "no healthy engine can serve this request"
+                if pool
+                else "no other engine is left to try for this request"
+            )
+        preferred = max(pool, key=lambda e: e.score(affinity))
+        if preferred.healthy and preferred.has_room:
+            return preferred
+        with_room = [e for e in healthy if e.has_room]
+        if not with_room:
+            return None
+        return min(with_room, key=lambda e: (e.load, -e.score(affinity)))
+
+    async def acquire(
+        self,
+        role: Role,
+        model: str | None,
+        affinity: bytes,
+        exclude: frozenset[str] = frozenset(),
+    ) -> Engine:
+        """Choose an engine and take one of its slots, waiting while all are full."""
+        engine = self.choose(role, model, affinity, exclude)
+        if engine is None:
+            engine = await self._wait_for_room(role, model, affinity, exclude)
+        engine.in_flight += 1
+        return engine
+
+    async def _wait_for_room(
+        self, role: Role, model: str | None, affinity: bytes, exclude: frozenset[str]
+    ) -> Engine:
+        async def wait() -> Engine:
+            async with self._room:
+                while True:
+                    await self._room.wait()
+                    engine = self.choose(role, model, affinity, exclude)
+                    if engine is not None:
+                        return engine
+
+        self._waiting += 1
+        try:
+            return await asyncio.wait_for(wait(), self.queue_timeout)
+        except TimeoutError:
+            raise EngineOverloaded(
+                f"every engine stayed at its concurrency limit for {self.queue_timeout:g}s"
+            ) from None
+        finally:
+            self._waiting -= 1
+
+    def release(self, engine: Engine) -> None:
+        """Give back a slot taken by ``acquire``."""
+        engine.in_flight -= 1
+        if self._waiting:  # only pay for the wake-up when someone waits
+            # Wake all: a waiter may be bound to a model or exclusions the freed engine misses.
+            task = asyncio.get_running_loop().create_task(self._notify_all())
+            self._wakeups.add(task)
+            task.add_done_callback(self._wakeups.discard)
+
+    # ---- health
+
+    def mark_unreachable(self, engine: Engine) -> None:
+        """Passive health: a call could not connect, so stop routing there until a probe passes."""
+        if engine.healthy:
+            log.warning("engine %s unreachable; routing around it", engine.name)
+        engine.healthy = False
+        self.metrics.engine_state(engine.name, healthy=False, queue_depth=engine.queue_depth)
+
+    def apply(self, engine: Engine, probe: Probe) -> None:
+        """Record one health check's outcome."""
+        if probe.healthy != engine.healthy:
+            log.info("engine %s is %s", engine.name, "healthy" if probe.healthy else "unhealthy")
+        engine.healthy = probe.healthy
+        engine.queue_depth = probe.queue_depth
+        if probe.models and not engine.spec.model:
+            engine.models = probe.models
+        self.metrics.engine_state(engine.name, healthy=probe.healthy, queue_depth=probe.queue_depth)
+
+    async def check_all(self, probe: Callable[[Engine], Awaitable[Probe]]) -> None:
+        """Probe every engine once, concurrently."""
+        results = await asyncio.gather(*(probe(engine) for engine in self.engines))
+        for engine, result in zip(self.engines, results, strict=True):
+            self.apply(engine, result)
+        if self._waiting:
+            await self._notify_all()
+
+    async def _notify_all(self) -> None:
+        async with self._room:
+            self._room.notify_all()
+
+    async def run_health_checks(
+        self, probe: Callable[[Engine], Awaitable[Probe]], interval: float
+    ) -> None:
+        """Probe forever, every ``interval`` seconds (a lifespan task, cancelled at shutdown)."""
+        while True:
+            await asyncio.sleep(interval)
+            await self.check_all(probe)
+
+    @property
+    def any_healthy(self) -> bool:
+        return any(engine.healthy for engine in self.engines)

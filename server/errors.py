@@ -1,0 +1,190 @@
+"""The gateway's errors and the one table that turns each into an HTTP answer.
+
+::
+
+    GatewayError
+    ├── InvalidRequest          400  invalid_request_error
+    │   └── PayloadTooLarge     413  invalid_request_error / request_too_large
+    ├── Unauthorized            401  authentication_error / invalid_api_key
+    ├── NotFound                404  not_found_error
+    │   └── ModelNotFound       404  invalid_request_error / model_not_found
+    ├── MethodNotAllowed        405  invalid_request_error
+    └── EngineError                  (raised at the engine boundary, from httpx errors)
+        ├── EngineRejected      the engine's own 4xx, relayed with its status and message
+        ├── EngineUnavailable   503  service_unavailable / engine_unavailable   (retryable)
+        ├── EngineOverloaded    503  service_unavailable / engine_overloaded
+        ├── EngineFailed        502  upstream_error / engine_error              (retryable)
+        └── EngineTimeout       504  timeout_error / engine_timeout
+
+Anything else that escapes a route is a 500 ``internal_error`` whose message never carries the
+exception text. The same envelope ``{"error": {"message", "type", "param", "code"}}`` is the JSON
+body of an error response and the payload of the SSE error event sent when a stream breaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+ENVELOPE_HEADERS = {"content-type": "application/json"}
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway answers with an envelope."""
+
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+class InvalidRequest(GatewayError):
+    """The request is malformed: bad JSON, wrong types, unknown roles, bad tool schemas."""
+
+
+class PayloadTooLarge(InvalidRequest):
+    """The body is over ``max_body_bytes``."""
+
+
+class Unauthorized(GatewayError):
+    """API keys are configured and the request carries none or a wrong one."""
+
+
+class NotFound(GatewayError):
+    """No such route or resource."""
+
+
+class ModelNotFound(NotFound):
+    """The requested model is neither served by an engine nor a configured alias."""
+
+
+class MethodNotAllowed(GatewayError):
+    """The route exists but not for this HTTP method."""
+
+
+class EngineError(GatewayError):
+    """An upstream engine could not give a usable answer."""
+
+    #: Whether another engine may be tried (only ever before a byte reached the client).
+    retryable = False
+    #: The ``kind`` label of ``rehearsal_gateway_engine_errors_total``.
+    kind = "protocol"
+
+
+class EngineRejected(EngineError):
+    """The engine refused the request with a 4xx; relayed as the engine said it."""
+
+    kind = "status_4xx"
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | int | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        self.status = status
+        self.type = type_
+
+
+class EngineUnavailable(EngineError):
+    """No engine could be reached (none healthy, or the connection was refused)."""
+
+    retryable = True
+    kind = "connect"
+
+
+class EngineOverloaded(EngineError):
+    """Every engine stayed at its concurrency limit for longer than ``queue_timeout``."""
+
+    kind = "saturated"
+
+
+class EngineFailed(EngineError):
+    """The engine answered 5xx or broke the protocol (a cut connection, garbage)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, kind: str = "protocol") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class EngineTimeout(EngineError):
+    """The engine went silent for longer than the read timeout."""
+
+    kind = "timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    """One row of the error table."""
+
+    status: int
+    type: str
+    code: str | int | None = None
+
+
+# The one table. Lookup walks the exception's MRO, so a subclass without a row uses its parent's.
+ERROR_TABLE: dict[type[GatewayError], ErrorKind] = {
+    GatewayError: ErrorKind(500, "internal_error", "internal_error"),
+    InvalidRequest: ErrorKind(400, "invalid_request_error"),
+    PayloadTooLarge: ErrorKind(413, "invalid_request_error", "request_too_large"),
+    Unauthorized: ErrorKind(401, "authentication_error", "invalid_api_key"),
+    NotFound: ErrorKind(404, "not_found_error", "not_found"),
+    ModelNotFound: ErrorKind(404, "invalid_request_error", "model_not_found"),
+    MethodNotAllowed: ErrorKind(405, "invalid_request_error", "method_not_allowed"),
+    EngineError: ErrorKind(502, "upstream_error", "engine_error"),
+    EngineUnavailable: ErrorKind(503, "service_unavailable", "engine_unavailable"),
+    EngineOverloaded: ErrorKind(503, "service_unavailable", "engine_overloaded"),
+    EngineTimeout: ErrorKind(504, "timeout_error", "engine_timeout"),
+}
+
+INTERNAL = ERROR_TABLE[GatewayError]
+
+
+def classify(exc: GatewayError) -> ErrorKind:
+    """The table row for ``exc``; an engine's 4xx keeps the engine's own status and type."""
+    if isinstance(exc, EngineRejected):
+        return ErrorKind(exc.status, exc.type, exc.code)
+    for klass in type(exc).__mro__:
+        row = ERROR_TABLE.get(klass)
+        if row is not None:
+            return row
+    return INTERNAL  # unreachable: GatewayError is in the table
+
+
+def envelope(exc: GatewayError) -> dict[str, Any]:
+    """The OpenAI error envelope for ``exc``."""
+    row = classify(exc)
+    return {
+        "error": {
+            "message": exc.message,
+            "type": row.type,
+            "param": exc.param,
+            "code": exc.code if exc.code is not None else row.code,
+        }
+    }
+
+
+def error_status_and_body(exc: GatewayError) -> tuple[int, bytes]:
+    """HTTP status and JSON body of the error response for ``exc``."""
+    return classify(exc).status, orjson.dumps(envelope(exc))
+
+
+def internal_error_body() -> bytes:
+    """The body of a 500: a fixed message, never the exception's text or a traceback."""
+    return orjson.dumps(envelope(GatewayError("internal error in the gateway")))
+
+
+def sse_error_event(exc: GatewayError) -> bytes:
+    """The SSE event that ends a stream broken after its first byte, followed by ``[DONE]``."""
+    return b"data: " + orjson.dumps(envelope(exc)) + b"\n\ndata: [DONE]\n\n"

@@ -1,0 +1,260 @@
+"""OpenAI chat-completions wire models: request, response, stream chunk, models list, error.
+
+Fields follow the OpenAI reference order. **Unknown fields are kept** (``extra="allow"``) at every
+level: the gateway fronts vLLM, whose requests carry extras (``top_k``, ``structured_outputs``,
+``chat_template_kwargs``, …) and whose responses carry extras (``reasoning``, ``prompt_token_ids``,
+…); dropping them would make the gateway a lossy proxy. Known fields are checked **strictly** (no
+string-to-number coercion), so a wrong type is a 400 here rather than a surprise upstream.
+
+On the pass-through path the request is validated with these models but the engine receives the
+client's original bytes (or, when an alias is rewritten, the parsed JSON with only ``model``
+changed): the models decide *whether* a request is acceptable, never *how* it is re-encoded.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_OPEN = ConfigDict(extra="allow", strict=True)
+
+
+class _Wire(BaseModel):
+    model_config = _OPEN
+
+
+# --------------------------------------------------------------------------- request
+
+
+class FunctionDefinition(_Wire):
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _json_schema_object(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # A tool's parameters are a JSON Schema for an object of named arguments.
+        if value is not None and value.get("type", "object") != "object":
+            raise ValueError("tool parameters must be a JSON Schema with type 'object'")
+        if value is not None and not isinstance(value.get("properties", {}), dict):
+            raise ValueError("tool parameters 'properties' must be an object")
+        return value
+
+
+class Tool(_Wire):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class ToolCallFunction(_Wire):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Wire):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+Content = str | list[dict[str, Any]]
+
+
+class SystemMessage(_Wire):
+    role: Literal["system"]
+    content: Content
+    name: str | None = None
+
+
+class DeveloperMessage(_Wire):
+    role: Literal["developer"]
+    content: Content
+    name: str | None = None
+
+
+class UserMessage(_Wire):
+    role: Literal["user"]
+    content: Content
+    name: str | None = None
+
+
+class AssistantMessage(_Wire):
+    role: Literal["assistant"]
+    content: Content | None = None
+    refusal: str | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    # vLLM's thinking field, under its current and its older name.
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+
+
+class ToolMessage(_Wire):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str
+
+
+Message = Annotated[
+    SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage,
+    Field(discriminator="role"),
+]
+
+
+class NamedToolChoiceFunction(_Wire):
+    name: str
+
+
+class NamedToolChoice(_Wire):
+    type: Literal["function"]
+    function: NamedToolChoiceFunction
+
+
+class StreamOptions(_Wire):
+    include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None  # vLLM
+
+
+class ChatCompletionRequest(_Wire):
+    """``POST /v1/chat/completions`` body."""
+
+    messages: Annotated[list[Message], Field(min_length=1)]
+    model: str | None = None  # vLLM serves the default model when omitted
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    metadata: dict[str, str] | None = None
+    n: Annotated[int, Field(ge=1, le=128)] | None = None
+    parallel_tool_calls: bool | None = None
+    presence_penalty: float | None = None
+    reasoning_effort: str | None = None
+    response_format: dict[str, Any] | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tools: list[Tool] | None = None
+    top_p: float | None = None
+    user: str | None = None
+
+    # ---- vLLM extras (typed so a wrong type is our 400; any other extra passes through too)
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+
+
+# --------------------------------------------------------------------------- response
+
+
+class PromptTokensDetails(_Wire):
+    cached_tokens: int | None = None
+
+
+class Usage(_Wire):
+    prompt_tokens: int
+    completion_tokens: int = 0
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class ResponseMessage(_Wire):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+
+
+class Choice(_Wire):
+    index: int
+    message: ResponseMessage
+    logprobs: dict[str, Any] | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletion(_Wire):
+    """A non-streamed answer."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+class DeltaFunction(_Wire):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(_Wire):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunction | None = None
+
+
+class Delta(_Wire):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+
+
+class ChunkChoice(_Wire):
+    index: int
+    delta: Delta
+    logprobs: dict[str, Any] | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(_Wire):
+    """One ``data:`` event of a streamed answer."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+# --------------------------------------------------------------------------- models, errors
+
+
+class ModelCard(_Wire):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "rehearsal-gateway"
+    root: str | None = None  # for an alias: the served model it maps to
+
+
+class ModelList(_Wire):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(_Wire):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEnvelope(_Wire):
+    error: ErrorBody

@@ -1,0 +1,98 @@
+"""Getting answers to the client: SSE relay, JSON answers, and cancellation on disconnect.
+
+Uvicorn does not stop an app whose client went away (its ``send`` silently drops the bytes), so
+a watcher reads ``receive`` for ``http.disconnect`` and cancels the work in progress — the engine
+call or the stream relay — which closes the upstream connection and makes the engine abort the
+request. A stream is relayed chunk by chunk as the engine's socket delivers it, with no
+re-framing: the engine's SSE bytes, ``data: [DONE]`` included, are the client's SSE bytes. If the
+engine breaks after the first byte, the client gets one SSE error event and ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from server.errors import EngineError, sse_error_event
+from server.service import JsonAnswer, StreamAnswer
+
+T = TypeVar("T")
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before the answer was ready."""
+
+
+async def _watch_disconnect(receive: Receive, target: asyncio.Task[object]) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            target.cancel()
+            return
+
+
+async def until_disconnect(receive: Receive, work: Awaitable[T]) -> T:
+    """Await ``work``; if the client disconnects first, cancel it and raise ClientDisconnected."""
+    current = asyncio.current_task()
+    assert current is not None  # always inside a request task
+    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, current))
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if watcher.done() and not watcher.cancelled():
+            current.uncancel()
+            raise ClientDisconnected from None
+        raise
+    finally:
+        watcher.cancel()
+
+
+def json_response(answer: JsonAnswer) -> Response:
+    """A complete answer as a Starlette response (body bytes untouched)."""
+    return Response(
+        answer.body, answer.status, headers=answer.headers, media_type="application/json"
+    )
+
+
+class StreamRelay(Response):
+    """An ASGI response that relays an open engine stream to the client."""
+
+    def __init__(self, answer: StreamAnswer) -> None:
+        # Response.__init__ is skipped on purpose: there is no body to render.
+        self.answer = answer
+        self.status_code = 200
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            with contextlib.suppress(ClientDisconnected):
+                await until_disconnect(receive, self._pump(send))
+        finally:
+            await self.answer.close()
+
+    async def _pump(self, send: Send) -> None:
+        headers = SSE_HEADERS + [
+            (name.encode("latin-1"), value.encode("latin-1"))
+            for name, value in self.answer.headers.items()
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        stream = self.answer.stream
+        await send({"type": "http.response.body", "body": stream.first, "more_body": True})
+        try:
+            async for chunk in stream.rest():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except EngineError as exc:
+            event = sse_error_event(exc)
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

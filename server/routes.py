@@ -1,0 +1,80 @@
+"""The HTTP surface: parse, call the service, map the answer. No logic lives here."""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from server.errors import InvalidRequest, PayloadTooLarge
+from server.protocol import ModelCard, ModelList
+from server.relay import StreamRelay, json_response, until_disconnect
+from server.service import StreamAnswer, readiness
+from server.state import MODE_STATE_KEY, gateway_of, tenant_of_request
+
+router = APIRouter()
+
+JSON = "application/json"
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise InvalidRequest("invalid Content-Length header")
+        if int(declared) > limit:
+            raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    """OpenAI chat completions (non-stream and SSE)."""
+    state = gateway_of(request)
+    raw = await read_body(request, state.settings.max_body_bytes)
+    call = state.chat.prepare(
+        raw, session_id=request.headers.get("x-session-id"), tenant=tenant_of_request(request)
+    )
+    answer = await until_disconnect(request.receive, state.chat.complete(call))
+    setattr(request.state, MODE_STATE_KEY, answer.mode)
+    if isinstance(answer, StreamAnswer):
+        return StreamRelay(answer)
+    return json_response(answer)
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> Response:
+    """The engines' served models, then the configured aliases."""
+    pool = gateway_of(request).pool
+    cards = [ModelCard(id=name) for name in pool.served_models()]
+    cards += [ModelCard(id=alias, root=served) for alias, served in pool.aliases.items()]
+    return Response(ModelList(data=cards).model_dump_json(), media_type=JSON)
+
+
+@router.get("/health")
+async def health() -> Response:
+    """Liveness: the process answers."""
+    return Response(b'{"status":"ok"}', media_type=JSON)
+
+
+@router.get("/ready")
+async def ready(request: Request) -> Response:
+    """Readiness: every dependency check passes (at least one healthy engine, …)."""
+    ok, report = await readiness(gateway_of(request).checks)
+    return Response(orjson.dumps(report), 200 if ok else 503, media_type=JSON)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus exposition."""
+    body, content_type = gateway_of(request).metrics.render()
+    return Response(body, media_type=content_type)

@@ -1,0 +1,226 @@
+"""The chat service: between the routes and the engine pool.
+
+A route turns bytes into a ``ChatCall`` with ``ChatService.prepare`` and hands it to
+``ChatService.complete``, which decides what to do with it and returns a ``ChatAnswer``: a whole
+JSON body or an open engine stream. Today every call is a **pass-through** (the client's request,
+to one engine, answer relayed untouched); ``complete`` is the single place where a rehearsed path
+branches off. Retries live here: connection errors and 5xx move the call to another engine, but
+only while nothing has reached the client yet.
+
+Readiness is a list of ``ReadinessCheck`` objects; ``/ready`` passes when each does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+from pydantic import ValidationError
+
+from server.engines import Engine, EnginePool, affinity_key
+from server.errors import EngineError, InvalidRequest
+from server.protocol import ChatCompletionRequest
+from server.settings import Role
+from server.upstream import EngineClient, EngineStream
+
+PASSTHROUGH = "passthrough"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """One validated chat-completions request, ready to send."""
+
+    request: ChatCompletionRequest
+    body: dict[str, Any]  # the client's JSON as parsed (extras included)
+    payload: bytes  # the bytes an engine receives for a pass-through
+    model: str | None  # the engine-side model name (aliases resolved)
+    affinity: bytes
+    tenant: str
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.request.stream)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonAnswer:
+    """A complete answer: the engine's JSON bytes (or ours), sent with one write."""
+
+    body: bytes
+    mode: str = PASSTHROUGH
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class StreamAnswer:
+    """An answer still streaming from an engine; ``close`` must run when the relay ends."""
+
+    stream: EngineStream
+    pool: EnginePool
+    mode: str = PASSTHROUGH
+    headers: dict[str, str] = field(default_factory=dict)
+    _released: bool = False
+
+    async def close(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            await self.stream.aclose()
+        finally:
+            self.pool.release(self.stream.engine)
+
+
+ChatAnswer = JsonAnswer | StreamAnswer
+
+
+def decode_chat_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionRequest]:
+    """Parse and validate a request body; ``InvalidRequest`` names what is wrong."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON ({exc.msg})") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    try:
+        return body, ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        param = _param_path(first["loc"])
+        raise InvalidRequest(f"{param}: {first['msg']}", param=param) from None
+
+
+def _param_path(loc: tuple[int | str, ...]) -> str:
+    """``("messages", 0, "user", "content")`` -> ``messages[0].content``.
+
+    Pydantic puts union members' names in the location (a message's role tag, ``literal[...]``,
+    a model class name); they are not request parameters, so they are left out.
+    """
+    path = ""
+    after_index = False
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+            after_index = True
+            continue
+        is_tag = (after_index and part in _ROLE_TAGS) or "[" in part or part[:1].isupper()
+        if not is_tag:
+            path += f".{part}" if path else part
+        after_index = False
+    return path
+
+
+_ROLE_TAGS = frozenset(("system", "developer", "user", "assistant", "tool"))
+
+
+class ChatService:
+    """Serves chat calls with the engine pool."""
+
+    def __init__(self, pool: EnginePool, engines: EngineClient, *, max_attempts: int) -> None:
+        self.pool = pool
+        self.engines = engines
+        self.max_attempts = max_attempts
+
+    def prepare(self, raw: bytes, *, session_id: str | None, tenant: str) -> ChatCall:
+        """Validate a request body and work out where it goes."""
+        body, request = decode_chat_request(raw)
+        model = self.pool.resolve_model(request.model)
+        payload = raw
+        if model != request.model:
+            payload = orjson.dumps({**body, "model": model})
+        return ChatCall(
+            request=request,
+            body=body,
+            payload=payload,
+            model=model,
+            affinity=affinity_key(session_id, request.user, body["messages"]),
+            tenant=tenant,
+        )
+
+    async def complete(self, call: ChatCall) -> ChatAnswer:
+        """Answer one chat call (the branch point for modes other than pass-through)."""
+        if call.stream:
+            return await self.passthrough_stream(call)
+        return JsonAnswer(await self.passthrough(call))
+
+    async def passthrough(self, call: ChatCall, role: Role = "act") -> bytes:
+        """Send the client's request to one engine; retry on another for retryable failures."""
+        tried: set[str] = set()
+        while True:
+            engine = await self.pool.acquire(role, call.model, call.affinity, frozenset(tried))
+            try:
+                return await self.engines.chat(engine, call.payload, PASSTHROUGH)
+            except EngineError as exc:
+                self._after_failure(engine, exc, tried)
+            finally:
+                self.pool.release(engine)
+
+    async def passthrough_stream(self, call: ChatCall, role: Role = "act") -> StreamAnswer:
+        """Open a stream on one engine, retrying elsewhere until its first chunk arrives."""
+        tried: set[str] = set()
+        while True:
+            engine = await self.pool.acquire(role, call.model, call.affinity, frozenset(tried))
+            try:
+                stream = await self.engines.open_stream(engine, call.payload, PASSTHROUGH)
+            except EngineError as exc:
+                self.pool.release(engine)
+                self._after_failure(engine, exc, tried)
+                continue
+            except BaseException:
+                self.pool.release(engine)
+                raise
+            return StreamAnswer(stream, self.pool)
+
+    def _after_failure(self, engine: Engine, exc: EngineError, tried: set[str]) -> None:
+        """Re-raise unless another engine may be tried."""
+        if exc.kind == "connect":
+            self.pool.mark_unreachable(engine)
+        tried.add(engine.name)
+        if not exc.retryable or len(tried) >= self.max_attempts:
+            raise exc
+        if not any(e.healthy and e.name not in tried for e in self.pool.engines):
+            raise exc
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    ok: bool
+    detail: str
+
+
+class ReadinessCheck(Protocol):
+    """One dependency ``/ready`` waits for (engines now; the store once rehearsal lands)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def check(self) -> CheckResult: ...
+
+
+@dataclass(frozen=True)
+class EnginesReady:
+    """Ready when at least one engine passed its last health check."""
+
+    pool: EnginePool
+    name: str = "engines"
+
+    async def check(self) -> CheckResult:
+        healthy = [e.name for e in self.pool.engines if e.healthy]
+        total = len(self.pool.engines)
+        return CheckResult(bool(healthy), f"{len(healthy)}/{total} healthy")
+
+
+async def readiness(checks: list[ReadinessCheck]) -> tuple[bool, dict[str, Any]]:
+    """Run every check; the overall verdict and a JSON-able report."""
+    report: dict[str, Any] = {}
+    ready = True
+    for item in checks:
+        result = await item.check()
+        ready = ready and result.ok
+        report[item.name] = {"ok": result.ok, "detail": result.detail}
+    return ready, {"status": "ready" if ready else "not_ready", "checks": report}

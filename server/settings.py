@@ -1,0 +1,162 @@
+"""Every gateway setting in one place: one ``BaseSettings`` read from ``RGW_*`` variables.
+
+The CLI turns its flags into the same variables, so ``serve --engine URL`` and
+``RGW_ENGINES=URL`` are one setting. Nothing here reads the environment at import time; a
+``GatewaySettings()`` instance is built by whoever starts the app and handed to ``create_app``.
+
+An engine is written ``URL[,key=value…]`` with keys ``name``, ``roles`` (``act+rehearse``),
+``model`` (the engine's served model name; discovered from ``/v1/models`` when omitted) and
+``max_concurrency``. ``RGW_ENGINES`` holds several, separated by whitespace, or a JSON list.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Role = Literal["act", "rehearse"]
+ALL_ROLES: frozenset[Role] = frozenset(("act", "rehearse"))
+MASK = "********"
+
+
+class EngineSpec(BaseModel):
+    """One upstream engine as configured: where it is, what it serves, how much load it takes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str
+    name: str = ""
+    roles: frozenset[Role] = ALL_ROLES
+    model: str | None = None
+    max_concurrency: int | None = Field(default=None, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"engine URL must be http(s)://host:port[/v1], got {value!r}")
+        return value.rstrip("/")
+
+    @property
+    def label(self) -> str:
+        """The engine's name for metrics and logs: the configured name, else host:port."""
+        return self.name or urlsplit(self.url).netloc
+
+    @classmethod
+    def parse(cls, text: str) -> EngineSpec:
+        """Read the ``URL[,key=value…]`` form used on the command line."""
+        url, *options = (part.strip() for part in text.split(","))
+        fields: dict[str, Any] = {"url": url}
+        for option in options:
+            key, sep, value = option.partition("=")
+            if not sep or key not in ("name", "roles", "model", "max_concurrency"):
+                allowed = "name|roles|model|max_concurrency"
+                raise ValueError(f"engine options are {allowed}=value, got {option!r}")
+            fields[key] = frozenset(value.split("+")) if key == "roles" else value
+        return cls.model_validate(fields)
+
+
+def _split_list(value: Any, sep: str | None) -> Any:
+    if not isinstance(value, str):
+        return value
+    stripped = value.strip()
+    if stripped.startswith("["):
+        return orjson.loads(stripped)
+    return [item for item in stripped.split(sep) if item.strip()]
+
+
+class GatewaySettings(BaseSettings):
+    """The gateway's configuration (env prefix ``RGW_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RGW_", extra="ignore", frozen=True)
+
+    # Where to listen. Workers > 1 runs several uvicorn processes (metrics go multiprocess).
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    # Upstream engines and public model names (alias -> an engine's served model name).
+    engines: Annotated[list[EngineSpec], NoDecode] = Field(
+        default_factory=lambda: [EngineSpec(url="http://127.0.0.1:8100/v1")], min_length=1
+    )
+    aliases: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    engine_max_concurrency: int = Field(default=128, ge=1)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    queue_timeout: float = Field(default=30.0, gt=0)
+
+    # Upstream timeouts (seconds). `read` bounds the silence between two bytes from an engine.
+    connect_timeout: float = Field(default=3.0, gt=0)
+    read_timeout: float = Field(default=300.0, gt=0)
+    write_timeout: float = Field(default=30.0, gt=0)
+    health_interval: float = Field(default=5.0, gt=0)
+    health_timeout: float = Field(default=2.0, gt=0)
+
+    # Requests.
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+
+    # The store (used by rehearsal); None means the in-process store.
+    redis_url: SecretStr | None = None
+
+    # Prometheus multiprocess directory, required when workers > 1.
+    metrics_dir: str | None = None
+
+    @field_validator("engines", mode="before")
+    @classmethod
+    def _engines(cls, value: Any) -> Any:
+        items = _split_list(value, None)
+        if isinstance(items, list):
+            return [EngineSpec.parse(item) if isinstance(item, str) else item for item in items]
+        return items
+
+    @field_validator("engines")
+    @classmethod
+    def _unique_names(cls, value: list[EngineSpec]) -> list[EngineSpec]:
+        labels = [spec.label for spec in value]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"engine names must be unique, got {labels}")
+        return value
+
+    @field_validator("aliases", mode="before")
+    @classmethod
+    def _aliases(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("{"):
+                return orjson.loads(stripped)
+            pairs = (item.partition("=") for item in stripped.split(",") if item.strip())
+            return {alias.strip(): served.strip() for alias, _, served in pairs}
+        return value
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _keys(cls, value: Any) -> Any:
+        return _split_list(value, ",")
+
+    def masked(self) -> dict[str, Any]:
+        """The settings as printable JSON-able data, with every secret replaced by a mask."""
+        data = self.model_dump(mode="json")
+        data["api_keys"] = [MASK for _ in self.api_keys]
+        data["redis_url"] = mask_url(self.redis_url.get_secret_value()) if self.redis_url else None
+        data["engines"] = [
+            {**spec.model_dump(mode="json"), "url": mask_url(spec.url), "roles": sorted(spec.roles)}
+            for spec in self.engines
+        ]
+        return data
+
+
+def mask_url(url: str) -> str:
+    """Hide the password (and a bare token user) in a URL's userinfo, keep the rest readable."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    netloc = f"{user}:{MASK}@{hostport}" if user else f"{MASK}@{hostport}"
+    return urlunsplit(parts._replace(netloc=netloc))

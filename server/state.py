@@ -1,0 +1,47 @@
+"""The typed state the lifespan builds and every route reads (``request.state.gateway``).
+
+One object holds every resource of a running app, so a route never reaches for a global and a
+later feature (the rehearsal store, its service) adds a field here and a line in the lifespan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import cast
+
+import httpx
+from starlette.requests import Request
+
+from server.auth import DEFAULT_TENANT, TENANT_STATE_KEY, ApiKeyRing
+from server.engines import EnginePool
+from server.metrics import GatewayMetrics
+from server.service import ChatService, ReadinessCheck
+from server.settings import GatewaySettings
+from server.upstream import EngineClient
+
+STATE_KEY = "gateway"
+MODE_STATE_KEY = "mode"
+
+
+@dataclass(frozen=True, eq=False)
+class GatewayState:
+    """Everything a running gateway owns."""
+
+    settings: GatewaySettings
+    metrics: GatewayMetrics
+    keyring: ApiKeyRing
+    http: httpx.AsyncClient
+    pool: EnginePool
+    engines: EngineClient
+    chat: ChatService
+    checks: list[ReadinessCheck] = field(default_factory=list)
+
+
+def gateway_of(request: Request) -> GatewayState:
+    """The app's state, as the lifespan handed it over."""
+    return cast(GatewayState, getattr(request.state, STATE_KEY))
+
+
+def tenant_of_request(request: Request) -> str:
+    """The caller's tenant id, as ``ApiKeyMiddleware`` recorded it."""
+    return cast(str, getattr(request.state, TENANT_STATE_KEY, DEFAULT_TENANT))

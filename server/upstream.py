@@ -1,0 +1,202 @@
+"""HTTP calls to one engine, through the app's single ``httpx.AsyncClient``.
+
+This is the adapter boundary: every httpx exception and every non-2xx answer becomes an
+``EngineError`` here (``server/errors.py`` draws the tree), and each failure is counted once in
+``rehearsal_gateway_engine_errors_total``. Bodies are moved as bytes: a request goes out as the
+bytes the caller gives, a non-streamed answer comes back as the engine's bytes, and a stream is
+handed over chunk by chunk as the socket delivers it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from server.engines import Engine, Probe
+from server.errors import (
+    EngineError,
+    EngineFailed,
+    EngineOverloaded,
+    EngineRejected,
+    EngineTimeout,
+    EngineUnavailable,
+)
+from server.metrics import GatewayMetrics
+
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def translate(exc: httpx.HTTPError, engine: Engine) -> EngineError:
+    """The gateway error for an httpx failure while talking to ``engine``."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return EngineUnavailable(f"engine {engine.name} is unreachable")
+    if isinstance(exc, httpx.PoolTimeout):
+        return EngineOverloaded(f"no free connection to engine {engine.name}")
+    if isinstance(exc, httpx.TimeoutException):
+        return EngineTimeout(f"engine {engine.name} did not answer within the upstream timeout")
+    return EngineFailed(f"the connection to engine {engine.name} broke ({type(exc).__name__})")
+
+
+def from_status(status: int, body: bytes, engine: Engine) -> EngineError:
+    """The gateway error for a non-2xx engine answer; a 4xx keeps the engine's own words."""
+    if status >= 500 or status < 400:
+        return EngineFailed(f"engine {engine.name} answered HTTP {status}", kind="status_5xx")
+    fields: dict[str, Any] = {}
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None
+    if isinstance(data, dict):
+        # vLLM answers {"error": {...}} now and the flat {"object": "error", ...} in older releases.
+        inner = data.get("error")
+        fields = inner if isinstance(inner, dict) else data
+    message = fields.get("message")
+    if not isinstance(message, str):
+        message = body.decode("utf-8", "replace")[:2000] or f"engine answered HTTP {status}"
+    type_ = fields.get("type")
+    param = fields.get("param")
+    return EngineRejected(
+        status,
+        message,
+        type_=type_ if isinstance(type_, str) else "invalid_request_error",
+        param=param if isinstance(param, str) else None,
+        code=fields.get("code") if isinstance(fields.get("code"), str | int) else None,
+    )
+
+
+@dataclass(eq=False)
+class EngineStream:
+    """An open streamed answer whose first chunk has arrived; iterate for the rest."""
+
+    engine: Engine
+    response: httpx.Response
+    chunks: AsyncIterator[bytes]  # the response's one raw-byte iterator, ``first`` already taken
+    first: bytes
+    role: str
+    started: float
+    metrics: GatewayMetrics
+    _closed: bool = False
+
+    async def rest(self) -> AsyncIterator[bytes]:
+        """The chunks after ``first``; a failure mid-stream raises an ``EngineError``."""
+        try:
+            async for chunk in self.chunks:
+                yield chunk
+        except httpx.HTTPError as exc:
+            error = translate(exc, self.engine)
+            self.metrics.engine_error(self.engine.name, error.kind)
+            raise error from exc
+
+    async def aclose(self) -> None:
+        """Close the upstream response (which aborts the engine's request if still running)."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.response.aclose()
+        elapsed = time.perf_counter() - self.started
+        self.metrics.observe_engine_call(self.engine.name, self.role, elapsed)
+
+
+class EngineClient:
+    """Chat calls and health probes against engines, sharing one connection pool."""
+
+    def __init__(self, http: httpx.AsyncClient, metrics: GatewayMetrics, probe_timeout: float):
+        self.http = http
+        self.metrics = metrics
+        self.probe_timeout = probe_timeout
+
+    def _fail(self, engine: Engine, error: EngineError) -> EngineError:
+        self.metrics.engine_error(engine.name, error.kind)
+        return error
+
+    async def chat(self, engine: Engine, payload: bytes, role: str) -> bytes:
+        """One non-streamed chat completion; the engine's JSON bytes on 2xx."""
+        started = time.perf_counter()
+        try:
+            response = await self.http.post(
+                engine.base_url + "/chat/completions", content=payload, headers=JSON_HEADERS
+            )
+        except httpx.HTTPError as exc:
+            raise self._fail(engine, translate(exc, engine)) from exc
+        self.metrics.observe_engine_call(engine.name, role, time.perf_counter() - started)
+        if response.status_code >= 300:
+            raise self._fail(engine, from_status(response.status_code, response.content, engine))
+        return response.content
+
+    async def open_stream(self, engine: Engine, payload: bytes, role: str) -> EngineStream:
+        """Start a streamed chat completion and wait for its first chunk.
+
+        Everything that can fail before that chunk fails here, while the caller may still try
+        another engine.
+        """
+        started = time.perf_counter()
+        request = self.http.build_request(
+            "POST", engine.base_url + "/chat/completions", content=payload, headers=JSON_HEADERS
+        )
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise self._fail(engine, translate(exc, engine)) from exc
+        try:
+            if response.status_code >= 300:
+                body = await response.aread()
+                raise self._fail(engine, from_status(response.status_code, body, engine))
+            chunks = response.aiter_raw()
+            first = await anext(chunks, b"")
+            if not first:
+                raise self._fail(engine, EngineFailed(f"engine {engine.name} sent an empty stream"))
+        except httpx.HTTPError as exc:
+            await response.aclose()
+            raise self._fail(engine, translate(exc, engine)) from exc
+        except BaseException:
+            await response.aclose()
+            raise
+        return EngineStream(engine, response, chunks, first, role, started, self.metrics)
+
+    async def probe(self, engine: Engine) -> Probe:
+        """One health check: liveness, queue depth and served models. Never raises."""
+        timeout = self.probe_timeout
+        try:
+            health = await self.http.get(engine.root_url + "/health", timeout=timeout)
+            if health.status_code != 200:
+                return Probe(healthy=False, models=engine.models)
+            models = await self.http.get(engine.base_url + "/models", timeout=timeout)
+            metrics = await self.http.get(engine.root_url + "/metrics", timeout=timeout)
+        except httpx.HTTPError:
+            return Probe(healthy=False, models=engine.models)
+        return Probe(
+            healthy=True,
+            queue_depth=queue_depth(metrics.text) if metrics.status_code == 200 else 0.0,
+            models=model_ids(models.content) if models.status_code == 200 else engine.models,
+        )
+
+
+def queue_depth(exposition: str) -> float:
+    """The sum of ``vllm:num_requests_waiting`` samples in a Prometheus exposition."""
+    total = 0.0
+    for line in exposition.splitlines():
+        if line.startswith("vllm:num_requests_waiting"):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return total
+
+
+def model_ids(body: bytes) -> tuple[str, ...]:
+    """The ids of an OpenAI ``/v1/models`` answer (empty when it is not one)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ()
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return ()
+    return tuple(
+        item["id"] for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)
+    )
