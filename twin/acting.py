@@ -1,0 +1,180 @@
+"""The acting role: the twin's policy picks the next action of a conversation with tools.
+
+In a world conversation (tools of one world, first user message naming one of its tasks) the
+policy finds the next step of the task's reference plan and takes it with probability ``skill``,
+otherwise one of the world's planted mistakes; it answers in text when the plan is done. Actions a
+rehearsal-memory note marks as to-be-avoided are skipped. With tools of no world, it makes a
+schema-valid call of an offered tool, or answers once a tool result is in the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from twin.memory_note import MemoryNote
+from twin.prompt import message_text
+from twin.schema import JsonObject, mistake_for, synthesise
+from twin.turn import Draft
+from twin.worlds import World, world_for_tools
+from twin.worlds.base import Call, Task
+
+_OPENERS = (
+    "Let me work out the next step.",
+    "Okay, the user needs help here.",
+    "I should handle this carefully.",
+    "Let me think about what is needed.",
+    "First, what does the request need?",
+    "Right, looking at the conversation so far.",
+)
+
+
+@dataclass(frozen=True)
+class ActingRequest:
+    """The parts of a chat request the policy reads."""
+
+    messages: list[JsonObject]
+    tools: dict[str, JsonObject]  # name -> parameters schema
+    tool_choice: str | None  # auto | none | required | a tool name (named choice)
+    greedy: bool
+    note: MemoryNote | None
+
+
+def first_user_text(messages: list[JsonObject]) -> str:
+    return next((message_text(m) for m in messages if m.get("role") == "user"), "")
+
+
+def _successful_calls(messages: list[JsonObject]) -> list[Call]:
+    """Tool calls in the history whose tool result was not an error."""
+    results: dict[str, str] = {
+        str(m.get("tool_call_id")): message_text(m) for m in messages if m.get("role") == "tool"
+    }
+    done: list[Call] = []
+    for message in messages:
+        for raw in message.get("tool_calls") or [] if message.get("role") == "assistant" else []:
+            function = raw.get("function", {})
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+                result = json.loads(results.get(str(raw.get("id")), "{}") or "{}")
+            except json.JSONDecodeError:
+                continue
+            if isinstance(result, dict) and "error" in result:
+                continue
+            if isinstance(arguments, dict):
+                done.append(Call(str(function.get("name")), arguments))
+    return done
+
+
+def _has_tool_result(messages: list[JsonObject]) -> bool:
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    return any(m.get("role") == "tool" for m in messages[last_user + 1 :])
+
+
+def _pick(options: list[tuple[Call, float]], rng: random.Random, greedy: bool) -> Call:
+    if greedy:
+        return max(options, key=lambda o: o[1])[0]  # first of equals: the correct action
+    total = sum(weight for _, weight in options)
+    point = rng.random() * total
+    for call, weight in options:
+        point -= weight
+        if point <= 0:
+            return call
+    return options[-1][0]
+
+
+class ActingPolicy:
+    """Chooses a Draft for one choice of an acting request."""
+
+    def __init__(self, worlds: list[World], skill: float) -> None:
+        self.worlds = worlds
+        self.skill = skill
+
+    def act(self, request: ActingRequest, rng: random.Random) -> Draft:
+        opener = rng.choice(_OPENERS)
+        if not request.tools or request.tool_choice == "none":
+            return self._answer(request, opener, "No tool is needed; I can reply directly.")
+        world = world_for_tools(self.worlds, request.tools)
+        task = world.task_for(first_user_text(request.messages)) if world else None
+        call: Call | None
+        if world is not None and task is not None:
+            call = self._world_step(world, task, request, rng)
+        else:
+            call = self._generic_step(request, rng)
+        call = self._honour_tool_choice(call, request, world, task, rng)
+        if call is None:
+            return self._answer(request, opener, "The tool results cover the request.")
+        args = json.dumps(call.arguments, ensure_ascii=False)
+        why = f"{opener} The next action is {call.name} with {args}."
+        if request.note is not None and request.note.avoid:
+            why += " My rehearsal memory flags some actions to avoid, so I steer clear of them."
+        return Draft(reasoning=why, calls=(call,))
+
+    def _answer(self, request: ActingRequest, opener: str, why: str) -> Draft:
+        world = world_for_tools(self.worlds, request.tools)
+        task = world.task_for(first_user_text(request.messages)) if world else None
+        if task is not None and _has_tool_result(request.messages):
+            text = task.answer
+        elif _has_tool_result(request.messages):
+            text = "Done: the tool returned what was needed, summarised above."
+        else:
+            text = "Happy to help. Could you tell me a bit more about what you need?"
+        return Draft(reasoning=f"{opener} {why}", content=text)
+
+    def _avoid(self, request: ActingRequest, call: Call) -> bool:
+        return request.note is not None and call.signature in request.note.avoid
+
+    def _world_step(
+        self, world: World, task: Task, request: ActingRequest, rng: random.Random
+    ) -> Call | None:
+        done = {c.signature for c in _successful_calls(request.messages)}
+        step = next((i for i, c in enumerate(task.plan) if c.signature not in done), None)
+        if step is None:
+            return None
+        correct = task.plan[step]
+        mistakes = [m.call for m in world.mistakes(task, step) if m.call.name in request.tools]
+        mistakes = [m for m in mistakes if not self._avoid(request, m)]
+        if self._avoid(request, correct) and mistakes:
+            return mistakes[0]
+        options = [(correct, self.skill)]
+        options += [(m, (1 - self.skill) / len(mistakes)) for m in mistakes]
+        return _pick(options, rng, request.greedy)
+
+    def _generic_step(self, request: ActingRequest, rng: random.Random) -> Call | None:
+        if _has_tool_result(request.messages):
+            return None
+        names = sorted(request.tools)
+        call = Call(names[0], {})
+        for _ in range(5):
+            name = names[0] if request.greedy else rng.choice(names)
+            schema = request.tools[name]
+            arguments: Any = synthesise(schema, rng, name)
+            if not request.greedy and rng.random() >= self.skill:
+                arguments = mistake_for(schema, arguments, rng)
+            call = Call(name, arguments if isinstance(arguments, dict) else {})
+            if not self._avoid(request, call):
+                break
+        return call
+
+    def _honour_tool_choice(
+        self,
+        call: Call | None,
+        request: ActingRequest,
+        world: World | None,
+        task: Task | None,
+        rng: random.Random,
+    ) -> Call | None:
+        choice = request.tool_choice
+        if choice in (None, "auto") or (choice == "required" and call is not None):
+            return call
+        if choice == "required":
+            choice = sorted(request.tools)[0]
+        if call is not None and call.name == choice:
+            return call
+        planned = [c for c in (task.plan if task else ()) if c.name == choice]
+        if planned:
+            return planned[0]
+        schema = request.tools.get(str(choice), {})
+        arguments = synthesise(schema, rng, str(choice))
+        return Call(str(choice), arguments if isinstance(arguments, dict) else {})

@@ -1,0 +1,66 @@
+"""``rehearsal-gateway twin``: start the engine twin (a labelled simulation of vLLM + EnvACE)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"RGW_TWIN_{name}", default)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``twin`` subcommand (every option also reads ``RGW_TWIN_<OPTION>``)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "twin",
+        help="serve the engine twin: a SIMULATED vLLM engine for EnvACE (tests, demo, benchmarks)",
+        description="A simulation of vLLM serving EnvACE-Qwen3-8B; no model runs.",
+    )
+    parser.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(_env("PORT", "8100")))
+    parser.add_argument(
+        "--world", default=_env("WORLD", "auto"), choices=["auto", "airline", "retail", "bank"]
+    )
+    parser.add_argument("--skill", type=float, default=float(_env("SKILL", "0.7")))
+    parser.add_argument("--fidelity", type=float, default=float(_env("FIDELITY", "0.9")))
+    parser.add_argument(
+        "--latency", default=_env("LATENCY", "zero"), help="zero | h100 | path to a JSON profile"
+    )
+    parser.add_argument(
+        "--latency-scale",
+        type=float,
+        default=float(_env("LATENCY_SCALE", "1.0")),
+        help="multiply every modelled cost (e.g. 0.1 for a quick demo)",
+    )
+    parser.add_argument("--seed", type=int, default=int(_env("SEED", "0")))
+    parser.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME", "EnvACE-Qwen3-8B"))
+    parser.add_argument("--cache-blocks", type=int, default=int(_env("CACHE_BLOCKS", "16384")))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the settings (clearly labelled as a simulation) and serve until stopped."""
+    import uvicorn
+
+    from twin.app import create_app
+    from twin.config import TwinSettings
+
+    for name, value in (("skill", args.skill), ("fidelity", args.fidelity)):
+        if not 0.0 <= value <= 1.0:
+            raise SystemExit(f"--{name} must be within [0, 1], got {value}")
+    settings = TwinSettings(
+        world=args.world,
+        skill=args.skill,
+        fidelity=args.fidelity,
+        latency=args.latency,
+        latency_scale=args.latency_scale,
+        seed=args.seed,
+        served_model_name=args.served_model_name,
+        cache_blocks=args.cache_blocks,
+    )
+    print(settings.describe(), flush=True)
+    print(f"  listening on      : http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning")
+    return 0

@@ -1,0 +1,135 @@
+"""Just enough JSON Schema for tool calls: validate arguments, synthesise arguments and results.
+
+The twin validates a call the way EnvACE's simulator was trained to (unknown tool, missing
+required argument, wrong type, value outside an enum) and, for tools that belong to no world,
+invents schema-consistent arguments and results from a seeded ``random.Random``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+_WORDS = ("alpha", "delta", "harbor", "maple", "orbit", "quartz", "summit", "willow")
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """Why a tool call fails validation, with its EnvACE veto code."""
+
+    code: str
+    message: str
+
+    def as_veto(self) -> JsonObject:
+        return {"error_tool_call": {"code": self.code, "message": self.message}}
+
+
+def _type_ok(value: Any, expected: Any) -> bool:
+    names = expected if isinstance(expected, list) else [expected]
+    for name in names:
+        kinds = _TYPES.get(str(name))
+        if kinds is None:
+            return True
+        if isinstance(value, bool) and name in ("integer", "number"):
+            continue
+        if isinstance(value, kinds):
+            return True
+    return False
+
+
+def check_value(value: Any, schema: JsonObject, path: str) -> str | None:
+    """The first problem with ``value`` under ``schema`` (None when it conforms)."""
+    if "type" in schema and not _type_ok(value, schema["type"]):
+        return f"{path} must be of type {schema['type']}, got {type(value).__name__}"
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(map(str, schema["enum"]))
+        return f"{path} must be one of: {allowed}"
+    if isinstance(value, dict):
+        return check_object(value, schema, path)
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problem = check_value(item, schema["items"], f"{path}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
+def check_object(value: JsonObject, schema: JsonObject, path: str = "arguments") -> str | None:
+    """The first problem with an object's required keys and known properties."""
+    for key in schema.get("required", []):
+        if key not in value:
+            return f"missing required argument '{key}'"
+    properties = schema.get("properties", {})
+    for key, item in value.items():
+        if isinstance(properties, dict) and isinstance(properties.get(key), dict):
+            problem = check_value(item, properties[key], key if path == "arguments" else path)
+            if problem:
+                return problem
+    return None
+
+
+def validate_call(name: str, arguments: Any, tools: dict[str, JsonObject]) -> Violation | None:
+    """Validate one call against the offered tools' parameter schemas."""
+    if not name or not isinstance(arguments, dict):
+        return Violation("INVALID_TOOL_CALL_FORMAT", "a tool call needs a name and a JSON object")
+    if name not in tools:
+        return Violation("TOOL_NOT_AVAILABLE", f"tool '{name}' is not in the candidate tools")
+    problem = check_object(arguments, tools[name])
+    if problem:
+        return Violation("INVALID_PARAMETERS", problem)
+    return None
+
+
+def synthesise(schema: JsonObject, rng: random.Random, key: str = "value") -> Any:
+    """A value that conforms to ``schema`` (required keys only, plus a coin toss for others)."""
+    if schema.get("enum"):
+        return rng.choice(schema["enum"])
+    kind = schema.get("type", "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "object":
+        properties = schema.get("properties", {})
+        required = set(schema.get("required", []))
+        out: JsonObject = {}
+        for name, sub in properties.items():
+            if name in required or rng.random() < 0.3:
+                out[name] = synthesise(sub if isinstance(sub, dict) else {}, rng, name)
+        return out
+    if kind == "array":
+        items = schema.get("items", {})
+        return [synthesise(items if isinstance(items, dict) else {}, rng, key)]
+    if kind == "integer":
+        low = int(schema.get("minimum", 1))
+        return rng.randint(low, max(low, int(schema.get("maximum", low + 99))))
+    if kind == "number":
+        return round(rng.uniform(1.0, 100.0), 2)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    return f"{key}_{rng.choice(_WORDS)}_{rng.randint(1, 99)}"
+
+
+def mistake_for(schema: JsonObject, arguments: JsonObject, rng: random.Random) -> JsonObject:
+    """A plausible wrong version of valid arguments: a dropped required key or a bad enum."""
+    wrong = dict(arguments)
+    enums = [k for k, s in schema.get("properties", {}).items() if "enum" in s and k in wrong]
+    required = [k for k in schema.get("required", []) if k in wrong]
+    if enums and (not required or rng.random() < 0.5):
+        key = rng.choice(enums)
+        wrong[key] = f"{wrong[key]}_other".upper()
+    elif required:
+        del wrong[rng.choice(required)]
+    else:
+        wrong["unexpected_flag"] = True
+    return wrong
