@@ -1,0 +1,1 @@
+"""Wire-format contract tests, run against the engine twin and a real vLLM alike."""

@@ -1,0 +1,77 @@
+"""Invalid requests: vLLM's status codes and its ``{"error": {...}}`` envelope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.contract.conftest import Engine
+from tests.contract.wire import HELLO
+
+INVALID_BODIES = [
+    pytest.param({}, "messages", id="messages-missing"),
+    pytest.param({"messages": "hello"}, "messages", id="messages-not-a-list"),
+    pytest.param({"messages": HELLO, "temperature": -1}, "temperature", id="temperature-negative"),
+    pytest.param({"messages": HELLO, "max_tokens": -1}, "max_tokens", id="max-tokens-negative"),
+    pytest.param({"messages": HELLO, "n": 0}, "n", id="n-zero"),
+    pytest.param({"messages": HELLO, "tool_choice": "required"}, "tool_choice", id="no-tools"),
+]
+
+
+def _check_envelope(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert list(body) == ["error"], body
+    error = body["error"]
+    assert set(error) >= {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str)
+    assert error["message"]
+    assert isinstance(error["type"], str)
+    assert error["code"] == status
+    return dict(error)
+
+
+@pytest.mark.parametrize(("fields", "param"), INVALID_BODIES)
+def test_invalid_request_envelope(
+    engine: Engine, http: httpx.Client, fields: dict[str, Any], param: str
+) -> None:
+    """An invalid chat request gets 400 and the error envelope, naming the field when it can."""
+    response = http.post("/v1/chat/completions", json={"model": engine.model, **fields})
+    error = _check_envelope(response, 400)
+    assert error["param"] is None or param in error["param"], error
+
+
+def test_malformed_json_is_400(engine: Engine, http: httpx.Client) -> None:
+    """A body that is not JSON gets 400 and the error envelope, not a 422 or a crash."""
+    response = http.post(
+        "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    _check_envelope(response, 400)
+
+
+def test_invalid_stream_request_is_plain_json(engine: Engine, http: httpx.Client) -> None:
+    """A streaming request that fails validation gets a JSON 400 before any SSE starts."""
+    body = {"model": engine.model, "messages": HELLO, "temperature": -1, "stream": True}
+    _check_envelope(http.post("/v1/chat/completions", json=body), 400)
+
+
+def test_unknown_model_is_404(engine: Engine, http: httpx.Client) -> None:
+    """Asking for a model the engine does not serve gets 404 ``NotFoundError`` naming ``model``."""
+    body = {"model": "no-such-model", "messages": HELLO, "max_tokens": 2}
+    error = _check_envelope(http.post("/v1/chat/completions", json=body), 404)
+    assert error["type"] == "NotFoundError"
+    assert error["param"] == "model"
+
+
+def test_sdk_raises_bad_request(engine: Engine, client: OpenAI) -> None:
+    """The OpenAI SDK turns the 400 into ``BadRequestError`` carrying the error's message."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=engine.model, messages=HELLO, temperature=-1)
+    assert caught.value.status_code == 400
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body.get("message")
