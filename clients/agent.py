@@ -1,0 +1,156 @@
+"""The example agent: the loop a real agent runs against the gateway, on a scripted tool world.
+
+It is the pattern to copy. Each turn the agent sends the conversation and the world's tools to
+the gateway (with rehearsal knobs when asked), receives **one committed turn**, executes its tool
+calls for real on the world, and sends the real results back as ``tool`` messages — which is how
+the gateway learns its imagination's fidelity and the real call's latency. The episode ends on a
+text answer or after ``max_turns``; the world's goal check says whether the task succeeded.
+
+Real tools take time; the worlds run in microseconds, so the agent waits ``tool_latency_s`` per
+call (reads and writes differ) to stand in for a real backend. That wait is part of the
+real-call latency the gateway measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from clients.client import AsyncRehearsalClient, Rehearsal, summary
+from twin.worlds import Task, World, WorldTool
+
+
+@dataclass(frozen=True, slots=True)
+class ToolLatency:
+    """Simulated latency of the real tools: reads are quicker than writes."""
+
+    read_s: float = 0.12
+    write_s: float = 0.35
+
+    def of(self, tool: WorldTool | None) -> float:
+        return self.write_s if tool is not None and tool.writes else self.read_s
+
+
+@dataclass
+class Episode:
+    """What happened while the agent worked on one task."""
+
+    task_id: str
+    success: bool = False
+    turns: int = 0
+    real_calls: int = 0
+    tool_errors: int = 0
+    rehearsal_ms: float = 0.0
+    real_call_ms: float = 0.0
+    total_ms: float = 0.0
+    tokens: Counter[str] = field(default_factory=Counter)
+    fidelities: list[float] = field(default_factory=list)
+    rehearsal_ids: list[str] = field(default_factory=list)
+
+
+def _assistant_message(message: Any) -> dict[str, Any]:
+    """The committed turn as it goes back into the conversation."""
+    turn: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
+    if message.tool_calls:
+        turn["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in message.tool_calls
+        ]
+    return turn
+
+
+def _record(episode: Episode, completion: Any) -> None:
+    """Fold one response's rehearsal summary and usage into the episode."""
+    rehearsed = summary(completion)
+    if rehearsed is None:
+        usage = completion.usage
+        if usage is not None:
+            episode.tokens["act"] += usage.prompt_tokens + usage.completion_tokens
+        return
+    episode.rehearsal_ids.append(rehearsed.id)
+    episode.rehearsal_ms += rehearsed.latency_ms.act + rehearsed.latency_ms.rehearse
+    for role, counts in rehearsed.tokens.items():
+        episode.tokens[role] += counts.get("prompt", 0) + counts.get("completion", 0)
+    for item in (rehearsed.model_extra or {}).get("feedback") or []:
+        if isinstance(item, dict) and isinstance(item.get("fidelity"), int | float):
+            episode.fidelities.append(float(item["fidelity"]))
+
+
+class ExampleAgent:
+    """Runs world tasks through the gateway, executing every committed tool call for real."""
+
+    def __init__(
+        self,
+        client: AsyncRehearsalClient,
+        world: World,
+        *,
+        model: str,
+        rehearsal: Rehearsal | None = None,
+        latency: ToolLatency | None = None,
+        max_turns: int = 12,
+        seed: int = 0,
+    ) -> None:
+        self.client = client
+        self.world = world
+        self.model = model
+        self.rehearsal = rehearsal
+        self.latency = latency or ToolLatency()
+        self.max_turns = max_turns
+        self.seed = seed
+
+    async def run(self, task: Task, session_id: str) -> Episode:
+        """Work on ``task`` until the model answers in text or the turns run out."""
+        episode = Episode(task_id=task.id)
+        state = self.world.new_state(task)
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self.world.system_prompt},
+            {"role": "user", "content": task.instruction},
+        ]
+        started = time.perf_counter()
+        for turn in range(self.max_turns):
+            completion = await self.client.create(
+                model=self.model,
+                messages=messages,
+                tools=self.world.tool_schemas(),
+                seed=self.seed * 1000 + turn,
+                rehearsal=self.rehearsal,
+                extra_headers={"X-Session-Id": session_id},
+            )
+            episode.turns += 1
+            _record(episode, completion)
+            message = completion.choices[0].message
+            messages.append(_assistant_message(message))
+            if not message.tool_calls:
+                break
+            for call in message.tool_calls:
+                messages.append(await self._execute(episode, state, call))
+        episode.total_ms = (time.perf_counter() - started) * 1000
+        episode.success = self.world.check(task, state)
+        return episode
+
+    async def _execute(self, episode: Episode, state: Any, call: Any) -> dict[str, Any]:
+        """Run one committed call on the world, as the real tool would, and time it."""
+        name = call.function.name
+        try:
+            arguments = json.loads(call.function.arguments or "{}")
+        except ValueError:
+            arguments = None
+        began = time.perf_counter()
+        await asyncio.sleep(self.latency.of(self.world.tools.get(name)))
+        if name in self.world.tools:
+            result = self.world.call(state, name, arguments)
+        else:
+            result = {"error": f"unknown tool {name!r}"}
+        episode.real_call_ms += (time.perf_counter() - began) * 1000
+        episode.real_calls += 1
+        if isinstance(result, dict) and "error" in result:
+            episode.tool_errors += 1
+        return {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)}
