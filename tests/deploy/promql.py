@@ -68,14 +68,18 @@ def _expand(name: str, kind: str) -> set[str]:
     return {name}
 
 
+def spec_families(markdown: str | None = None) -> dict[str, str]:
+    """Metric name -> type for each row of a metrics table (docs/metrics-spec.md by default)."""
+    text = SPEC.read_text() if markdown is None else markdown
+    rows = (_SPEC_ROW.match(line) for line in text.splitlines())
+    return {row["name"]: row["type"] for row in rows if row}
+
+
 def spec_names(spec_text: str | None = None) -> set[str]:
     """Every series name the contract promises: gateway rows of the spec table plus vLLM's."""
-    text = SPEC.read_text() if spec_text is None else spec_text
     names: set[str] = set()
-    for line in text.splitlines():
-        match = _SPEC_ROW.match(line)
-        if match:
-            names |= _expand(match["name"], match["type"])
+    for name, kind in spec_families(spec_text).items():
+        names |= _expand(name, kind)
     names.update(VLLM_COUNTERS, VLLM_GAUGES)
     for histogram in VLLM_HISTOGRAMS:
         names |= _expand(histogram, "histogram")
@@ -134,19 +138,21 @@ def rule_groups() -> list[dict[str, Any]]:
     return groups
 
 
+def _rules() -> list[dict[str, Any]]:
+    return [rule for group in rule_groups() for rule in group["rules"]]
+
+
 def recorded_names() -> set[str]:
-    return {
-        rule["record"] for group in rule_groups() for rule in group["rules"] if "record" in rule
-    }
+    return {rule["record"] for rule in _rules() if "record" in rule}
+
+
+def alerts() -> dict[str, dict[str, Any]]:
+    return {rule["alert"]: rule for rule in _rules() if "alert" in rule}
 
 
 def rule_exprs() -> list[tuple[str, str]]:
     """(rule name, expression) for every recording rule and alert."""
-    return [
-        (rule.get("record") or rule["alert"], rule["expr"])
-        for group in rule_groups()
-        for rule in group["rules"]
-    ]
+    return [(rule.get("record") or rule["alert"], rule["expr"]) for rule in _rules()]
 
 
 def unknown_names(exprs: list[tuple[str, str]], known: set[str]) -> dict[str, set[str]]:

@@ -169,12 +169,7 @@ def test_prometheus_scrapes_the_compose_services() -> None:
 
 def test_alerts_cover_the_issue() -> None:
     """Alerts cover fidelity, degraded rate, engine down, slow rehearsal and error rate."""
-    alerts = {
-        rule["alert"]: rule
-        for group in promql.rule_groups()
-        for rule in group["rules"]
-        if "alert" in rule
-    }
+    alerts = promql.alerts()
     assert {
         "RehearsalFidelityDropping",
         "RehearsalDegradedRateRising",
