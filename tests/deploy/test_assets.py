@@ -233,11 +233,10 @@ def test_dockerfile_copies_what_the_build_needs() -> None:
         for line in re.findall(r"^COPY (?!--from)(.+)$", text, re.MULTILINE)
         for part in line.split()[:-1]
     ]
-    # README.md is pyproject's `readme` (setuptools needs it to build); the foundation issue
-    # writes it, so only its presence in the COPY is pinned here.
+    # README.md is pyproject's `readme`: setuptools cannot build the wheel without it.
     assert "README.md" in sources
     for source in sources:
-        assert (ROOT / source).exists() or source == "README.md", source
+        assert (ROOT / source).exists(), source
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = {
         p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
