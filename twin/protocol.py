@@ -137,7 +137,8 @@ def parse_request(body: Any) -> ChatRequest:
     except ValidationError as exc:
         first = exc.errors()[0]
         location = ".".join(str(part) for part in first.get("loc", ()))
-        raise TwinError(
-            f"{location or 'request'}: {first.get('msg', 'invalid value')}",
-            param=str(first["loc"][0]) if first.get("loc") else None,
-        ) from exc
+        message = str(first.get("msg", "invalid value"))
+        param = str(first["loc"][0]) if first.get("loc") else None
+        if param is None:  # a cross-field rule: name the field its message is about
+            param = next((f for f in ("tool_choice", "stream_options") if f in message), None)
+        raise TwinError(f"{location or 'request'}: {message}", param=param) from exc

@@ -1,0 +1,193 @@
+"""The twin over real HTTP on loopback: vLLM's wire shapes, the SDK, metrics and errors."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from tests.twin.conftest import MODEL, rehearsal_request, world_request
+
+
+def _post(url: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10)
+
+
+def _events(url: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=10) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+def test_health_and_models(twin) -> None:
+    """/health answers 200 and /v1/models lists the served model."""
+    assert httpx.get(f"{twin.url}/health").status_code == 200
+    models = httpx.get(f"{twin.url}/v1/models").json()
+    assert models["object"] == "list"
+    assert [m["id"] for m in models["data"]] == [MODEL]
+
+
+def test_non_stream_tool_call_shape(twin) -> None:
+    """A tools request returns reasoning, tool_calls and usage with cached_tokens."""
+    body = _post(twin.url, world_request("retail", 0, temperature=0)).json()
+    (choice,) = body["choices"]
+    message = choice["message"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert message["reasoning"]
+    assert message["tool_calls"][0]["id"].startswith("chatcmpl-tool-")
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"order_id": "W1001"}
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0
+    assert body["id"].startswith("chatcmpl-")
+    assert body["object"] == "chat.completion"
+
+
+def test_streamed_tool_call_deltas_reassemble(twin) -> None:
+    """Stream: a header delta with id/type/name, argument fragments, finish, usage, [DONE]."""
+    request = world_request("airline", 3, stream=True, temperature=0,
+                            stream_options={"include_usage": True})  # fmt: skip
+    events = _events(twin.url, request)
+    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+    assert deltas[0] == {"role": "assistant", "content": ""}
+    pieces = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    header, fragments = pieces[0], pieces[1:]
+    assert header["id"].startswith("chatcmpl-tool-")
+    assert header["type"] == "function"
+    assert header["function"]["name"] == "get_user"
+    assert len(fragments) > 1
+    assert all("id" not in f for f in fragments)
+    arguments = "".join(f["function"]["arguments"] for f in fragments)
+    assert json.loads(arguments) == {"user_id": "U2001"}
+    finals = [e["choices"][0]["finish_reason"] for e in events if e["choices"]]
+    assert finals[-1] == "tool_calls"
+    assert events[-1]["choices"] == []
+    assert events[-1]["usage"]["completion_tokens"] > 0
+
+
+def test_openai_sdk_gets_parsed_tool_call(twin) -> None:
+    """The official SDK parses a tool call, non-stream and stream."""
+    client = openai.OpenAI(base_url=f"{twin.url}/v1", api_key="unused")
+    request = world_request("bank", 3, temperature=0)
+    completion = client.chat.completions.create(**request)
+    call = completion.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_card"
+    with client.chat.completions.stream(**request) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_completion()
+    streamed = final.choices[0].message.tool_calls[0]
+    assert (streamed.function.name, streamed.function.arguments) == (
+        call.function.name,
+        call.function.arguments,
+    )
+    client.close()
+
+
+def test_n_and_seed(twin) -> None:
+    """n=3 gives three indexed choices; the same seed repeats them exactly."""
+    request = world_request("retail", 5, n=3, seed=5)
+    first, second = _post(twin.url, request).json(), _post(twin.url, request).json()
+    assert [c["index"] for c in first["choices"]] == [0, 1, 2]
+
+    def strip(body: dict) -> list:
+        return [
+            (c["message"]["reasoning"], [t["function"] for t in c["message"]["tool_calls"]])
+            for c in body["choices"]
+        ]
+
+    assert strip(first) == strip(second)
+
+
+def test_max_tokens_cut_and_thinking_off(twin) -> None:
+    """max_tokens cuts with finish_reason length; enable_thinking false drops reasoning."""
+    cut = _post(twin.url, world_request("bank", 0, max_tokens=4)).json()
+    assert cut["choices"][0]["finish_reason"] == "length"
+    assert cut["usage"]["completion_tokens"] <= 5
+    plain = _post(twin.url, world_request(
+        "bank", 0, chat_template_kwargs={"enable_thinking": False})).json()  # fmt: skip
+    assert plain["choices"][0]["message"]["reasoning"] is None
+
+
+def test_repeated_request_is_mostly_cached_and_n_prefills_once(twin) -> None:
+    """A repeat is ≥90% cached; an n=4 request adds its prompt to the counters once."""
+    request = world_request("airline", 7, n=4)
+    request["messages"][0]["content"] = "Fresh session 51. " + request["messages"][0]["content"]
+    first = _post(twin.url, request).json()["usage"]
+    before = _metric(twin.url, "vllm:prompt_tokens_total")
+    repeat = _post(twin.url, request).json()["usage"]
+    assert _metric(twin.url, "vllm:prompt_tokens_total") - before == repeat["prompt_tokens"]
+    assert first["prompt_tokens_details"]["cached_tokens"] < repeat["prompt_tokens"] * 0.5
+    ratio = repeat["prompt_tokens_details"]["cached_tokens"] / repeat["prompt_tokens"]
+    assert ratio >= 0.9
+
+
+def _metric(url: str, name: str) -> float:
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} missing")
+
+
+def test_metrics_carry_vllm_names(twin) -> None:
+    """/metrics exposes the vllm:* families with the model_name label."""
+    _post(twin.url, world_request("retail", 1))
+    text = httpx.get(f"{twin.url}/metrics").text
+    for name in (
+        "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:num_requests_running", "vllm:num_requests_waiting",
+        "vllm:e2e_request_latency_seconds_bucket", "vllm:time_to_first_token_seconds_count",
+    ):  # fmt: skip
+        lines = [line for line in text.splitlines() if line.startswith(name + "{")]
+        assert lines, name
+        assert all(f'model_name="{MODEL}"' in line for line in lines), name
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        pytest.param({"model": MODEL, "messages": []}, 400, id="no-messages"),
+        pytest.param({"model": MODEL, "messages": "hi"}, 400, id="messages-type"),
+        pytest.param(
+            {"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]},
+            404,
+            id="unknown-model",
+        ),
+        pytest.param(
+            rehearsal_request("Candidate tools (whitelist for this sample):\n[oops"),
+            400,
+            id="malformed-rehearsal",
+        ),
+    ],
+)
+def test_errors_use_vllm_envelope(twin, body: dict, status: int) -> None:
+    """Invalid requests get vLLM's error envelope with the HTTP status as code."""
+    response = _post(twin.url, body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == status
+
+
+def test_invalid_json_is_a_400(twin) -> None:
+    """A body that is not JSON gets a 400, not a 500."""
+    response = httpx.post(f"{twin.url}/v1/chat/completions", content=b"{nope", timeout=10)
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "BadRequestError"
+
+
+def test_rehearsal_over_http(twin) -> None:
+    """The rehearsal role answers with thinking and an execution_result block."""
+    from tests.twin.conftest import rehearsal_text
+
+    tools = world_request("bank", 0)["tools"]
+    text = rehearsal_text(tools, "User: hi", "get_card", {"card_id": "K3001"})
+    body = _post(twin.url, rehearsal_request(text)).json()
+    content = body["choices"][0]["message"]["content"]
+    payload = json.loads(content.removeprefix("<execution_result>\n").split("\n</execution")[0])
+    assert payload["card_id"] == "K3001"
+    assert payload["status"] == "active"
