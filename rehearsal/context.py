@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from rehearsal.budget import Budget
 from rehearsal.errors import GeneratorError
+from rehearsal.memory import MemoryEntry
 from rehearsal.messages import (
     AssistantTurn,
     GenerationRequest,
@@ -127,6 +128,8 @@ class RehearsalContext:
         self.phases: dict[str, float] = {"act": 0.0, "rehearse": 0.0, "commit": 0.0}
         self.candidates: list[AssistantTurn] = []
         self.walks: list[WalkState] = []
+        self.prior: list[MemoryEntry] = []  # avoided actions remembered from earlier turns
+        self.note: str | None = None  # the last memory note sent to an acting call
         self._grounding: dict[tuple[str, str], list[GroundingObservation]] = {}
 
     @contextmanager
