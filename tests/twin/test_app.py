@@ -191,3 +191,26 @@ def test_rehearsal_over_http(twin) -> None:
     payload = json.loads(content.removeprefix("<execution_result>\n").split("\n</execution")[0])
     assert payload["card_id"] == "K3001"
     assert payload["status"] == "active"
+
+
+def test_memory_note_steers_a_weak_policy(start_twin) -> None:
+    """At skill 0 the twin errs; with a note vetoing its mistakes it takes the correct step."""
+    from twin.worlds import load_world
+
+    weak = start_twin("--skill", "0")
+    world = load_world("retail")
+    task = world.tasks[0]
+    request = world_request("retail", 0, n=8, seed=1)
+    plain = _post(weak.url, request).json()
+    right = {"name": task.plan[0].name, "arguments": json.dumps(task.plan[0].arguments)}
+    assert all(c["message"]["tool_calls"][0]["function"] != right for c in plain["choices"])
+    entries = []
+    for i, mistake in enumerate(world.mistakes(task, 0), start=1):
+        entries.append(
+            f"[{i}] outcome=veto:INVALID_PARAMETERS score=0.00\n"
+            f"action: {mistake.call.signature}\nimagined: -"
+        )
+    note = "<rehearsal_memory>\nImagined outcomes.\n" + "\n".join(entries) + "\n</rehearsal_memory>"
+    request["messages"].append({"role": "user", "content": note})
+    steered = _post(weak.url, request).json()
+    assert all(c["message"]["tool_calls"][0]["function"] == right for c in steered["choices"])
