@@ -118,3 +118,27 @@ def test_malformed_sections_raise_malformed_rehearsal(mangle) -> None:
     text = rehearsal_text(TOOLS, HISTORY_READ, "get_order", {"order_id": "W1001"})
     with pytest.raises(MalformedRehearsal):
         parse_prompt(mangle(text))
+
+
+def test_gateway_core_prompt_is_understood() -> None:
+    """A prompt built by the rehearsal core's own builder parses and replays in the twin."""
+    from rehearsal.messages import AssistantTurn, ToolCall
+    from rehearsal.prompts import rehearsal_user_prompt
+
+    history = [
+        {"role": "system", "content": RETAIL.system_prompt},
+        {"role": "user", "content": TASK.instruction},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+         "function": {"name": "get_order", "arguments": '{"order_id": "W1001"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"status": "pending"}'},
+    ]  # fmt: skip
+    call = ToolCall("c2", "cancel_order", '{"order_id": "W1001", "reason": "no_longer_needed"}')
+    text = rehearsal_user_prompt(
+        tools=TOOLS,
+        grounding=[],
+        history=history,
+        acting_turn=AssistantTurn(reasoning="cancel it", tool_calls=(call,)),
+        call=call,
+    )
+    assert is_rehearsal(text)
+    assert _imagine(text) == {"order_id": "W1001", "status": "cancelled"}
