@@ -154,10 +154,12 @@ class InMemoryStore:
     def __init__(self, *, max_entries: int = 32) -> None:
         self.max_entries = max_entries
         self.failing: set[str] = set()
+        self.calls: list[str] = []  # operation names, in call order
         self.memory: dict[tuple[str, str], list[Any]] = {}
         self.observations: dict[tuple[str, str], list[tuple[str, Any]]] = {}
 
     def _check(self, op: str) -> None:
+        self.calls.append(op)
         if op in self.failing:
             raise ConnectionError(f"store {op} is down")
 
