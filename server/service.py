@@ -105,7 +105,12 @@ def _param_path(loc: tuple[int | str, ...]) -> str:
             path += f"[{part}]"
             after_index = True
             continue
-        is_tag = (after_index and part in _ROLE_TAGS) or "[" in part or part[:1].isupper()
+        is_tag = (
+            (after_index and part in _ROLE_TAGS)
+            or part in _TYPE_TAGS
+            or "[" in part
+            or part[:1].isupper()
+        )
         if not is_tag:
             path += f".{part}" if path else part
         after_index = False
@@ -113,6 +118,7 @@ def _param_path(loc: tuple[int | str, ...]) -> str:
 
 
 _ROLE_TAGS = frozenset(("system", "developer", "user", "assistant", "tool"))
+_TYPE_TAGS = frozenset(("str", "int", "float", "bool", "dict", "list", "none"))
 
 
 class ChatService:

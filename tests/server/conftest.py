@@ -1,0 +1,77 @@
+"""Fixtures for the gateway suites: gateways, misbehaving engines and a metrics reader."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.procs import Proc, cli_argv, free_port, start_http_server
+
+TWIN_MODEL = "EnvACE-Qwen3-8B"
+
+# Short intervals so health changes are seen within a test; long enough to stay cheap.
+FAST_HEALTH = {"RGW_HEALTH_INTERVAL": "0.2", "RGW_HEALTH_TIMEOUT": "0.5"}
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    """Factory: ``start_gateway(engine_url, …, env={...})`` -> a running ``serve`` process."""
+    started: list[Proc] = []
+
+    def _start(
+        *engines: str, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ) -> Proc:
+        port = free_port()
+        argv = ["serve", "--port", str(port)]
+        for url in engines:
+            argv += ["--engine", url]
+        proc = start_http_server(
+            cli_argv(*argv, *args),
+            port=port,
+            log_path=tmp_path / f"gateway-{port}.log",
+            env={**FAST_HEALTH, **(env or {})},
+        )
+        started.append(proc)
+        return proc
+
+    yield _start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def start_double(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    """Factory: ``start_double("hang")`` -> a running misbehaving engine (engine_double.py)."""
+    started: list[Proc] = []
+
+    def _start(chat: str, model: str = "double-model") -> Proc:
+        port = free_port()
+        argv = [sys.executable, "-m", "tests.server.engine_double", "--port", str(port)]
+        proc = start_http_server(
+            [*argv, "--chat", chat, "--model", model],
+            port=port,
+            log_path=tmp_path / f"double-{port}.log",
+        )
+        started.append(proc)
+        return proc
+
+    yield _start
+    for proc in started:
+        proc.stop()
+
+
+def metric_value(base_url: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``, read from ``/metrics``."""
+    text = httpx.get(base_url + "/metrics", timeout=5).text
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        series, _, value = line.rpartition(" ")
+        if all(f'{key}="{val}"' in series for key, val in labels.items()):
+            total += float(value)
+    return total

@@ -1,0 +1,136 @@
+"""A misbehaving OpenAI-compatible engine for the gateway's fault tests, run as a real server.
+
+The engine twin behaves; this one hangs, fails, cuts streams, streams forever or echoes what it
+received, as chosen by ``--chat``. It answers ``/health``, ``/v1/models`` and ``/metrics`` (with
+``vllm:num_requests_running``, so a test can watch a cancelled request leave the engine).
+
+    python -m tests.server.engine_double --port P --chat hang|echo|slow|cut|status:CODE [--model M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+MODEL = "double-model"
+
+
+def completion(content: str, model: str) -> bytes:
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-double",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    )
+
+
+def chunk(content: str) -> bytes:
+    body = {
+        "id": "chatcmpl-double",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}],
+    }
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+async def wait_for_disconnect(request: Request) -> None:
+    message = await request.receive()  # the body was read: the next message is the disconnect
+    while message["type"] != "http.disconnect":
+        message = await request.receive()
+
+
+def build_app(mode: str, model: str = MODEL) -> Starlette:
+    running = 0
+
+    async def chat(request: Request) -> Response:
+        nonlocal running
+        raw = await request.body()
+        stream = bool(orjson.loads(raw).get("stream"))
+        if mode.startswith("status:"):
+            code = int(mode.split(":", 1)[1])
+            error = {"message": f"double says {code}", "type": "BadRequestError", "code": code}
+            return Response(orjson.dumps({"error": {**error, "param": "max_tokens"}}), code)
+        if mode == "echo":
+            return Response(completion(raw.decode(), model), media_type="application/json")
+        if mode == "hang" and not stream:
+            # Like vLLM, abort the request when the client (the gateway) goes away.
+            running += 1
+            try:
+                await wait_for_disconnect(request)
+            finally:
+                running -= 1
+            return Response(b"", 499)
+        if mode == "cut":
+            return StreamingResponse(_cut(), media_type="text/event-stream")
+        return StreamingResponse(_slow(), media_type="text/event-stream")
+
+    async def _slow() -> AsyncIterator[bytes]:
+        nonlocal running
+        running += 1
+        try:
+            if mode == "hang":
+                await asyncio.sleep(3600)
+            for i in range(10_000):
+                yield chunk(f"t{i} ")
+                await asyncio.sleep(0.02)
+        finally:
+            running -= 1
+
+    async def _cut() -> AsyncIterator[bytes]:
+        yield chunk("first ")
+        raise RuntimeError("the double cuts the stream here")
+
+    async def metrics(request: Request) -> Response:
+        text = f'vllm:num_requests_running{{model_name="{MODEL}"}} {running}\n'
+        text += f'vllm:num_requests_waiting{{model_name="{MODEL}"}} 0\n'
+        return Response(text, media_type="text/plain")
+
+    async def models(request: Request) -> Response:
+        return Response(orjson.dumps({"object": "list", "data": [{"id": model}]}))
+
+    async def health(request: Request) -> Response:
+        return Response(b"")
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/metrics", metrics),
+            Route("/health", health),
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--chat", required=True)
+    parser.add_argument("--model", default=MODEL)
+    args = parser.parse_args()
+    uvicorn.run(
+        build_app(args.chat, args.model), host="127.0.0.1", port=args.port, log_level="warning"
+    )
+
+
+if __name__ == "__main__":
+    main()

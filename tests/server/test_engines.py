@@ -1,0 +1,124 @@
+"""Routing decisions of the engine pool, without HTTP: affinity, fallback, limits, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from server.engines import Engine, EnginePool, Probe, affinity_key
+from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
+from server.metrics import GatewayMetrics
+from server.settings import EngineSpec
+
+
+def make_pool(count: int = 3, limit: int = 2, **options: object) -> EnginePool:
+    specs = [
+        EngineSpec(url=f"http://e{i}:80/v1", name=f"e{i}", model="m", **options)  # type: ignore[arg-type]
+        for i in range(count)
+    ]
+    pool = EnginePool.from_specs(
+        specs, GatewayMetrics(), default_concurrency=limit, aliases={"pub": "m"}, queue_timeout=0.2
+    )
+    for engine in pool.engines:
+        pool.apply(engine, Probe(healthy=True))
+    return pool
+
+
+def route(pool: EnginePool, key: bytes) -> Engine:
+    engine = pool.choose("act", "m", key, frozenset())
+    assert engine is not None
+    return engine
+
+
+def test_affinity_key_precedence() -> None:
+    """Session header beats ``user``, which beats the conversation's first two messages."""
+    first = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    later = [*first, {"role": "assistant", "content": "a"}]
+    assert affinity_key("sess", "bob", first) == affinity_key("sess", "alice", later)
+    assert affinity_key(None, "bob", first) == affinity_key(None, "bob", later)
+    assert affinity_key(None, None, first) == affinity_key(None, None, later)
+    assert affinity_key(None, None, first) != affinity_key(None, None, first[:1])
+    assert affinity_key("x", None, first) != affinity_key(None, "x", first)
+
+
+def test_same_key_same_engine_and_keys_spread() -> None:
+    """One key always lands on one engine; many keys use every engine."""
+    pool = make_pool()
+    assert len({route(pool, b"k1").name for _ in range(20)}) == 1
+    assert {route(pool, f"k{i}".encode()).name for i in range(60)} == {"e0", "e1", "e2"}
+
+
+def test_losing_an_engine_moves_only_its_sessions() -> None:
+    """Rendezvous hashing: sessions of healthy engines stay put when another engine dies."""
+    pool = make_pool()
+    keys = [f"k{i}".encode() for i in range(90)]
+    before = {key: route(pool, key).name for key in keys}
+    pool.mark_unreachable(pool.engines[0])
+    after = {key: route(pool, key).name for key in keys}
+    moved = [key for key in keys if before[key] != after[key]]
+    assert moved
+    assert all(before[key] == "e0" for key in moved)
+    assert "e0" not in after.values()
+
+
+def test_unhealthy_or_full_preferred_engine_falls_back_to_least_loaded() -> None:
+    """The fallback is the healthy engine with the lowest load, counting its queue."""
+    pool = make_pool(limit=4)
+    preferred = route(pool, b"key")
+    others = [e for e in pool.engines if e is not preferred]
+    others[0].in_flight = 2
+    others[1].in_flight = 1
+    preferred.in_flight = 4  # full
+    assert route(pool, b"key") is others[1]
+    preferred.in_flight = 0
+    pool.apply(preferred, Probe(healthy=False))
+    pool.apply(others[1], Probe(healthy=True, queue_depth=8))  # busy behind its own queue
+    assert route(pool, b"key") is others[0]
+
+
+def test_no_healthy_engine_is_unavailable() -> None:
+    """With every engine down, choosing raises EngineUnavailable (a 503)."""
+    pool = make_pool()
+    for engine in pool.engines:
+        pool.apply(engine, Probe(healthy=False))
+    with pytest.raises(EngineUnavailable):
+        pool.choose("act", "m", b"k", frozenset())
+
+
+def test_roles_models_and_aliases() -> None:
+    """Only engines with the role and model are candidates; aliases resolve; unknown is 404."""
+    pool = make_pool(count=2, roles=frozenset({"rehearse"}))
+    with pytest.raises(EngineUnavailable):
+        pool.choose("act", "m", b"k", frozenset())
+    assert route_role(pool, "rehearse").name in {"e0", "e1"}
+    assert pool.resolve_model("pub") == "m"
+    assert pool.resolve_model(None) is None
+    with pytest.raises(ModelNotFound):
+        pool.resolve_model("nope")
+
+
+def route_role(pool: EnginePool, role: str) -> Engine:
+    engine = pool.choose(role, "m", b"k", frozenset())  # type: ignore[arg-type]
+    assert engine is not None
+    return engine
+
+
+async def test_full_pool_waits_for_a_slot_then_times_out() -> None:
+    """When every engine is full, acquire waits for a release, and gives up after the timeout."""
+    pool = make_pool(count=2, limit=1)
+    held = [await pool.acquire("act", "m", f"k{i}".encode()) for i in range(2)]
+    waiter = asyncio.create_task(pool.acquire("act", "m", b"late"))
+    await asyncio.sleep(0.02)
+    assert not waiter.done()
+    pool.release(held[0])
+    assert await asyncio.wait_for(waiter, 1) is held[0]
+    with pytest.raises(EngineOverloaded):
+        await pool.acquire("act", "m", b"later")
+    assert [e.in_flight for e in pool.engines] == [1, 1]
+
+
+def test_engine_urls_and_default_names() -> None:
+    """``/v1`` is added when missing; health lives at the root; the default name is host:port."""
+    engine = Engine(EngineSpec(url="http://h:9/"), 1)
+    assert (engine.base_url, engine.root_url, engine.name) == ("http://h:9/v1", "http://h:9", "h:9")

@@ -1,0 +1,66 @@
+"""One settings class read from RGW_* variables; secrets never printed."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from server.settings import MASK, EngineSpec, GatewaySettings
+
+
+def test_engines_aliases_and_keys_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whitespace-separated engines with options, comma aliases and comma keys parse."""
+    monkeypatch.setenv(
+        "RGW_ENGINES",
+        "http://a:1/v1,name=a,roles=act,max_concurrency=4 http://b:2/v1,model=m,roles=act+rehearse",
+    )
+    monkeypatch.setenv("RGW_ALIASES", "envace=m, other=n")
+    monkeypatch.setenv("RGW_API_KEYS", "k1,k2")
+    monkeypatch.setenv("RGW_READ_TIMEOUT", "1.5")
+    settings = GatewaySettings()
+    first, second = settings.engines
+    assert (first.label, first.roles, first.max_concurrency) == ("a", {"act"}, 4)
+    assert (second.label, second.model, second.roles) == ("b:2", "m", {"act", "rehearse"})
+    assert settings.aliases == {"envace": "m", "other": "n"}
+    assert [key.get_secret_value() for key in settings.api_keys] == ["k1", "k2"]
+    assert settings.read_timeout == 1.5
+
+
+def test_json_lists_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSON list works for engines and keys (keys may contain commas)."""
+    monkeypatch.setenv("RGW_ENGINES", orjson.dumps(["http://x:1/v1", "http://y:2"]).decode())
+    monkeypatch.setenv("RGW_API_KEYS", orjson.dumps(["a,b"]).decode())
+    settings = GatewaySettings()
+    assert [spec.url for spec in settings.engines] == ["http://x:1/v1", "http://y:2"]
+    assert settings.api_keys[0].get_secret_value() == "a,b"
+
+
+@pytest.mark.parametrize(
+    "engines",
+    [
+        pytest.param("ftp://x:1", id="bad-scheme"),
+        pytest.param("http://x:1,colour=red", id="unknown-option"),
+        pytest.param("http://x:1,roles=dance", id="unknown-role"),
+        pytest.param("http://x:1 http://x:1", id="duplicate-names"),
+    ],
+)
+def test_bad_engines_are_refused(monkeypatch: pytest.MonkeyPatch, engines: str) -> None:
+    """Engine specs that cannot be right fail at start, not at the first request."""
+    monkeypatch.setenv("RGW_ENGINES", engines)
+    with pytest.raises(ValidationError):
+        GatewaySettings()
+
+
+def test_masked_hides_every_secret() -> None:
+    """The printed settings show neither API keys nor passwords in URLs."""
+    settings = GatewaySettings(
+        api_keys=["sk-secret"],  # type: ignore[list-item]
+        redis_url="redis://user:hunter2@redis:6379/0",  # type: ignore[arg-type]
+        engines=[EngineSpec(url="http://tok:pw@engine:8000/v1")],
+    )
+    shown = orjson.dumps(settings.masked()).decode()
+    for secret in ("sk-secret", "hunter2", "pw@"):
+        assert secret not in shown
+    assert shown.count(MASK) == 3
+    assert "redis:6379" in shown
