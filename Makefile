@@ -33,5 +33,9 @@ test-vllm: install vllm-env
 vllm-env:
 	bash scripts/vllm_env.sh
 
+## Gateway pass-through overhead vs. the twin, same run, interleaved rounds (a benchmark, not a test).
+bench: install
+	$(PY) -m benchmarks.overhead
+
 clean:
 	rm -rf $(VENV) .venv-vllm .cache .pytest_cache .mypy_cache .ruff_cache
