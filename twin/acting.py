@@ -30,6 +30,30 @@ _OPENERS = (
     "Right, looking at the conversation so far.",
 )
 
+# A text answer is sampled like the thinking is: the seed (and the choice) picks its wording.
+_GREETINGS = (
+    "Happy to help.",
+    "Hello there!",
+    "Hi! Good to hear from you.",
+    "Hey, thanks for reaching out.",
+    "Greetings, and welcome.",
+    "Good day to you!",
+    "Sure thing, I am here.",
+    "Of course, glad you asked.",
+)
+_FOLLOW_UPS = (
+    "Could you tell me a bit more about what you need?",
+    "What can I do for you today?",
+    "How can I help?",
+    "Tell me what you need and I will take care of it.",
+)
+_SUMMARIES = (
+    "Done: the tool returned what was needed, summarised above.",
+    "All set: the tool's result answers the request.",
+    "Here is what the tool found; it covers the question.",
+    "Finished: the result above has what you asked for.",
+)
+
 
 @dataclass(frozen=True)
 class ActingRequest:
@@ -94,7 +118,7 @@ class ActingPolicy:
     def act(self, request: ActingRequest, rng: random.Random) -> Draft:
         opener = rng.choice(_OPENERS)
         if not request.tools or request.tool_choice == "none":
-            return self._answer(request, opener, "No tool is needed; I can reply directly.")
+            return self._answer(request, opener, "No tool is needed; I can reply directly.", rng)
         world = world_for_tools(self.worlds, request.tools)
         task = world.task_for(first_user_text(request.messages)) if world else None
         call: Call | None
@@ -104,22 +128,22 @@ class ActingPolicy:
             call = self._generic_step(request, rng)
         call = self._honour_tool_choice(call, request, world, task, rng)
         if call is None:
-            return self._answer(request, opener, "The tool results cover the request.")
+            return self._answer(request, opener, "The tool results cover the request.", rng)
         args = json.dumps(call.arguments, ensure_ascii=False)
         why = f"{opener} The next action is {call.name} with {args}."
         if request.note is not None and request.note.avoid:
             why += " My rehearsal memory flags some actions to avoid, so I steer clear of them."
         return Draft(reasoning=why, calls=(call,))
 
-    def _answer(self, request: ActingRequest, opener: str, why: str) -> Draft:
+    def _answer(self, request: ActingRequest, opener: str, why: str, rng: random.Random) -> Draft:
         world = world_for_tools(self.worlds, request.tools)
         task = world.task_for(first_user_text(request.messages)) if world else None
         if task is not None and _has_tool_result(request.messages):
-            text = task.answer
+            text = task.answer  # the task's closing words, which its checks look for
         elif _has_tool_result(request.messages):
-            text = "Done: the tool returned what was needed, summarised above."
+            text = rng.choice(_SUMMARIES)
         else:
-            text = "Happy to help. Could you tell me a bit more about what you need?"
+            text = f"{rng.choice(_GREETINGS)} {rng.choice(_FOLLOW_UPS)}"
         return Draft(reasoning=f"{opener} {why}", content=text)
 
     def _avoid(self, request: ActingRequest, call: Call) -> bool:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from twin.config import TwinSettings
+from twin.config import MAX_MODEL_LEN, TwinSettings
 from twin.engine import Generation, TwinEngine
 from twin.protocol import ChatRequest, TwinError, parse_request
 from twin.responses import DONE, ChoiceStream, ChunkWriter, completion_body
@@ -26,7 +26,7 @@ def _error(exc: TwinError) -> JSONResponse:
 async def _stream(
     engine: TwinEngine, request: ChatRequest, generation: Generation, completion_id: str, model: str
 ) -> AsyncIterator[bytes]:
-    writer = ChunkWriter(completion_id, model)
+    writer = ChunkWriter(completion_id, model, engine.fingerprint)
     streams = [ChoiceStream.of(choice) for choice in generation.choices]
     async for tokens in engine.run(generation):
         budget = max(tokens, 1)
@@ -53,12 +53,12 @@ def create_app(settings: TwinSettings) -> Starlette:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return _error(TwinError(f"Invalid JSON body: {exc}"))
         try:
-            request = parse_request(body)
+            request = parse_request(body, MAX_MODEL_LEN)
             engine.check_model(request.model)
             generation = engine.prepare(request, body)
         except TwinError as exc:
             return _error(exc)
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        completion_id = f"chatcmpl-{uuid.uuid4().hex[:16]}"  # vLLM's length
         model = request.model or settings.model_names[0]
         if request.stream:
             return StreamingResponse(
@@ -67,7 +67,7 @@ def create_app(settings: TwinSettings) -> Starlette:
             )
         async for _ in engine.run(generation):
             pass
-        return JSONResponse(completion_body(completion_id, model, generation))
+        return JSONResponse(completion_body(completion_id, model, generation, engine.fingerprint))
 
     async def models(_: Request) -> Response:
         now = int(time.time())
@@ -79,7 +79,7 @@ def create_app(settings: TwinSettings) -> Starlette:
                 "owned_by": "vllm",
                 "root": name,
                 "parent": None,
-                "max_model_len": 40960,
+                "max_model_len": MAX_MODEL_LEN,
                 "permission": [],
             }
             for name in settings.model_names

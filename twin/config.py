@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MODEL = "EnvACE-Qwen3-8B"
+MAX_MODEL_LEN = 40960  # Qwen3-8B's context, advertised in /v1/models and enforced on max_tokens
+# The vLLM release whose wire format the twin follows (tests/contract holds the two together);
+# it appears in ``system_fingerprint`` the way vLLM writes its own.
+VLLM_VERSION = "0.32.0"
 
 
 @dataclass(frozen=True)

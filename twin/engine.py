@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from twin.acting import ActingPolicy, ActingRequest
-from twin.config import TwinSettings
+from twin.config import VLLM_VERSION, TwinSettings
 from twin.latency import BatchScheduler, load_profile
 from twin.memory_note import split_note
 from twin.metrics import TwinMetrics
@@ -38,10 +38,15 @@ class Generation:
     choices: tuple[ChoiceOutput, ...]
     prompt_tokens: int
     cached_tokens: int
+    created_cache_tokens: int = 0
 
     @property
     def completion_tokens(self) -> int:
         return sum(c.completion_tokens for c in self.choices)
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return sum(c.reasoning_tokens for c in self.choices)
 
 
 class TwinEngine:
@@ -57,18 +62,25 @@ class TwinEngine:
         self.scheduler = BatchScheduler(load_profile(settings.latency, settings.latency_scale))
         self.metrics = TwinMetrics(settings.model_names[0])
         self._rng = random.Random(settings.seed)
+        # vLLM's is ``vllm-<version>-<hash of its config>``; the twin hashes its settings.
+        config_hash = hashlib.sha256(settings.describe().encode()).hexdigest()[:8]
+        self.fingerprint = f"vllm-{VLLM_VERSION}-{config_hash}"
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model not in self.settings.model_names:
             raise TwinError(f"The model `{model}` does not exist.", param="model", status=404)
 
     def _choice_rng(self, request: ChatRequest, body: JsonObject, index: int) -> random.Random:
-        if request.seed is None:
+        """Choice ``index``'s randomness: vLLM seeds it with ``seed + index`` (so choice 1 of
+        seed 7 is choice 0 of seed 8); greedy decoding ignores the seed altogether."""
+        if request.greedy:
+            seed: int | None = None
+        elif request.seed is None:
             return random.Random(self._rng.getrandbits(64))
+        else:
+            seed = request.seed + index
         digest = hashlib.sha256(
-            json.dumps(
-                [request.seed, index, body.get("messages"), body.get("tools")], sort_keys=True
-            ).encode()
+            json.dumps([seed, body.get("messages"), body.get("tools")], sort_keys=True).encode()
         ).hexdigest()
         return random.Random(digest)
 
@@ -86,7 +98,7 @@ class TwinEngine:
             messages=conversation,
             tools=tools,
             tool_choice=request.tool_choice_name,
-            greedy=request.temperature == 0,
+            greedy=request.greedy,
             note=note,
         )
         return self.policy.act(acting, rng)
@@ -113,11 +125,11 @@ class TwinEngine:
                     rng=rng,
                 )
             )
-        cached = self.cache.admit(prompt_tokens)
+        cached, created = self.cache.admit_counting(prompt_tokens)
         self.metrics.prompt_tokens.inc(len(prompt_tokens))
         self.metrics.prefix_cache_queries.inc(len(prompt_tokens))
         self.metrics.prefix_cache_hits.inc(cached)
-        return Generation(role, tuple(choices), len(prompt_tokens), cached)
+        return Generation(role, tuple(choices), len(prompt_tokens), cached, created)
 
     async def run(self, generation: Generation) -> AsyncIterator[int]:
         """Spend the modelled time; yields 0 after prefill, then each decode tick's tokens."""

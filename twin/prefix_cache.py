@@ -32,6 +32,11 @@ class PrefixCache:
 
     def admit(self, tokens: list[str]) -> int:
         """Look the prompt up, insert its full blocks, and return the cached-token count."""
+        return self.admit_counting(tokens)[0]
+
+    def admit_counting(self, tokens: list[str]) -> tuple[int, int]:
+        """``admit``, also counting the tokens of blocks this prompt newly stored (vLLM's
+        ``created_cache_tokens``)."""
         keys = self._keys(tokens)
         usable = (len(tokens) - 1) // self.block_tokens if tokens else 0
         hits = 0
@@ -39,12 +44,13 @@ class PrefixCache:
             if key not in self._blocks:
                 break
             hits += 1
+        created = sum(1 for key in keys if key not in self._blocks)
         for key in keys:
             self._blocks[key] = None
             self._blocks.move_to_end(key)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)
-        return hits * self.block_tokens
+        return hits * self.block_tokens, created * self.block_tokens
 
     def __len__(self) -> int:
         return len(self._blocks)

@@ -1,17 +1,23 @@
 """The chat-completions request as vLLM accepts it, and vLLM's error envelope.
 
 Unknown fields are ignored (as vLLM does, with a log line). Invalid requests raise ``TwinError``,
-rendered as ``{"error": {"message", "type", "param", "code"}}`` with the HTTP status as ``code``,
-the shape recent vLLM versions return.
+rendered as ``{"error": {"message", "type", "param", "code"}}`` with the HTTP status as ``code``.
+The two kinds of 400 vLLM sends are kept apart, as it does: a body that does not parse (missing
+field, wrong type) gets FastAPI's ``"Bad Request"`` with a ``body.<field>`` param and pydantic's
+error list; a parsed body with a value out of range gets ``BadRequestError`` with vLLM's own
+message and, where vLLM names one, the parameter.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from twin.config import MAX_MODEL_LEN
 from twin.schema import JsonObject
+
+_MAX_REPORTED_ERRORS = 10  # vLLM reports at most this many pydantic errors
 
 
 class TwinError(Exception):
@@ -27,6 +33,12 @@ class TwinError(Exception):
         self.kind = kind or {400: "BadRequestError", 404: "NotFoundError"}.get(
             status, "InternalServerError"
         )
+
+    @classmethod
+    def for_parameter(cls, message: str, param: str, value: Any = None) -> TwinError:
+        """vLLM's parameter error: the parameter (and value) appended to the message."""
+        suffix = f"parameter={param}" + ("" if value is None else f", value={value}")
+        return cls(f"{message} ({suffix})", param=param)
 
     def envelope(self) -> JsonObject:
         return {
@@ -45,14 +57,14 @@ class _Lenient(BaseModel):
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: str  # vLLM accepts custom roles as well as the OpenAI ones
     content: str | list[JsonObject] | None = None
     tool_calls: list[JsonObject] | None = None
     tool_call_id: str | None = None
 
 
 class FunctionSpec(_Lenient):
-    name: str = Field(min_length=1)
+    name: str
     description: str | None = None
     parameters: JsonObject | None = None
 
@@ -79,39 +91,28 @@ class ChatRequest(_Lenient):
     """The fields the twin honours; everything else is accepted and ignored."""
 
     model: str | None = None
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message]
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = True
-    n: int = Field(1, ge=1, le=16)
+    n: int = 1
     seed: int | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1)
-    min_p: float | None = Field(None, ge=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 
-    @model_validator(mode="after")
-    def _tool_choice_needs_tools(self) -> ChatRequest:
-        choice = self.tool_choice
-        if choice not in (None, "none", "auto") and not self.tools:
-            raise ValueError("When using `tool_choice`, `tools` must be set.")
-        if isinstance(choice, NamedToolChoice) and choice.function.name not in {
-            t.function.name for t in self.tools or []
-        }:
-            raise ValueError(f"tool_choice names '{choice.function.name}', which is not in tools")
-        if self.stream_options is not None and not self.stream:
-            raise ValueError("Stream options can only be defined when `stream=True`.")
-        return self
-
     @property
     def token_limit(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
+        if self.max_completion_tokens is not None:  # vLLM prefers it to the legacy field
+            return self.max_completion_tokens
+        return self.max_tokens
 
     @property
     def stops(self) -> list[str]:
@@ -122,23 +123,105 @@ class ChatRequest(_Lenient):
         return bool((self.chat_template_kwargs or {}).get("enable_thinking", True))
 
     @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
     def tool_choice_name(self) -> str | None:
         if isinstance(self.tool_choice, NamedToolChoice):
             return self.tool_choice.function.name
         return self.tool_choice
 
 
-def parse_request(body: Any) -> ChatRequest:
-    """Validate a decoded JSON body, mapping pydantic's complaint to vLLM's 400."""
+def _summarise_input(value: Any) -> Any:
+    """vLLM's bounded stand-in for an error's ``input``: containers are described, not shown."""
+    if isinstance(value, list | tuple | set | frozenset | dict):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = value if isinstance(value, str) else str(value)
+    return text[:200] + "...[truncated]" if len(text) > 200 else text
+
+
+def _unparsable(exc: ValidationError) -> TwinError:
+    """FastAPI's request-validation 400 as vLLM words it (``body.``-prefixed locations)."""
+    errors = exc.errors(include_url=False, include_context=False)
+    lines = []
+    for error in errors[:_MAX_REPORTED_ERRORS]:
+        loc = ".".join(str(part) for part in ("body", *error["loc"]))
+        item = {"type": error["type"], "loc": loc, "msg": error["msg"]}
+        lines.append(str({**item, "input": _summarise_input(error.get("input"))}))
+    label = "error" if len(errors) == 1 else "errors"
+    message = f"{len(errors)} validation {label}:\n" + "".join(f"  {line}\n" for line in lines)
+    if len(errors) > len(lines):
+        message += f"  ...and {len(errors) - len(lines)} more {label}\n"
+    param = ".".join(str(part) for part in ("body", *errors[0]["loc"]))
+    return TwinError(message.rstrip(), param=param, kind="Bad Request")
+
+
+def _check_tools(request: ChatRequest) -> None:
+    choice = request.tool_choice
+    if choice not in (None, "none") and not request.tools:
+        message = "When using `tool_choice`, `tools` must be set."
+        raise TwinError.for_parameter(message, "tool_choice")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in {
+        t.function.name for t in request.tools or []
+    }:
+        raise TwinError.for_parameter(
+            "The tool specified in `tool_choice` does not match any of the specified `tools`",
+            "tool_choice",
+        )
+    if request.stream_options is not None and not request.stream:
+        raise TwinError.for_parameter(
+            "Stream options can only be defined when `stream=True`.", "stream_options"
+        )
+
+
+def _check_sampling(request: ChatRequest, max_model_len: int) -> None:
+    """vLLM's sampling-parameter checks, in its order and words."""
+    if not request.messages:
+        raise TwinError(
+            "Cannot apply chat template to an empty conversation. Provide at least one message."
+        )
+    limit = request.token_limit
+    name = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+    if limit is not None and limit > max_model_len:
+        raise TwinError.for_parameter(
+            f"{name}={limit} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.",
+            name,
+            limit,
+        )
+    if request.n < 1:
+        raise TwinError(f"n must be at least 1, got {request.n}.")
+    t = request.temperature
+    if t is not None and t < 0:
+        message = f"temperature must be non-negative, got {t}."
+        raise TwinError.for_parameter(message, "temperature", t)
+    if t is not None and t > 2:
+        message = f"temperature must be in [0, 2], got {t}."
+        raise TwinError.for_parameter(message, "temperature", t)
+    if request.top_p is not None and not 0 < request.top_p <= 1:
+        p = request.top_p
+        raise TwinError.for_parameter(f"top_p must be in (0, 1], got {p}.", "top_p", p)
+    if request.top_k is not None and request.top_k < -1:
+        raise TwinError(f"top_k must be 0 (disable), or at least 1, got {request.top_k}.")
+    if request.min_p is not None and not 0 <= request.min_p <= 1:
+        raise TwinError(f"min_p must be in [0, 1], got {request.min_p}.")
+    if limit is not None and limit < 1:
+        raise TwinError.for_parameter(
+            f"max_tokens must be at least 1, got {limit}.", "max_tokens", limit
+        )
+    if request.greedy and request.n > 1:
+        raise TwinError(f"n must be 1 when using greedy sampling, got {request.n}.")
+
+
+def parse_request(body: Any, max_model_len: int = MAX_MODEL_LEN) -> ChatRequest:
+    """Validate a decoded JSON body into a request, or raise vLLM's 400 for it."""
     if not isinstance(body, dict):
         raise TwinError("The request body must be a JSON object.")
     try:
-        return ChatRequest.model_validate(body)
+        request = ChatRequest.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        location = ".".join(str(part) for part in first.get("loc", ()))
-        message = str(first.get("msg", "invalid value"))
-        param = str(first["loc"][0]) if first.get("loc") else None
-        if param is None:  # a cross-field rule: name the field its message is about
-            param = next((f for f in ("tool_choice", "stream_options") if f in message), None)
-        raise TwinError(f"{location or 'request'}: {message}", param=param) from exc
+        raise _unparsable(exc) from exc
+    _check_tools(request)
+    _check_sampling(request, max_model_len)
+    return request

@@ -1,9 +1,11 @@
 """Shape a Generation as vLLM's ChatCompletion and as its stream of chunks.
 
-Field order and presence follow vLLM's OpenAI server: ``reasoning`` beside ``content`` in the
-message, ``prompt_tokens_details.cached_tokens`` in usage, tool calls streamed as one header delta
-(index, id, type, function name) followed by argument fragments, a final delta carrying the
-finish reason, an optional usage chunk with empty choices, then ``data: [DONE]``.
+Field order and presence follow vLLM's OpenAI server (checked against a real one by
+tests/contract): ``reasoning`` beside ``content`` in the message and ``tool_calls`` only when
+there are some, ``prompt_tokens_details`` and ``completion_tokens_details.reasoning_tokens`` in
+usage, tool calls streamed as one header delta (id, type, index, function name) and then argument
+fragments, each with ``"content": null``, a final delta carrying the finish reason, an optional
+usage chunk with empty choices, then ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -23,37 +25,48 @@ from twin.turn import ChoiceOutput
 PIECE_TOKENS = 4  # tokens per streamed delta
 
 
-def usage(generation: Generation) -> JsonObject:
+def usage(generation: Generation, *, streamed: bool = False) -> JsonObject:
     completion = generation.completion_tokens
+    details: JsonObject = {
+        "cached_tokens": generation.cached_tokens,
+        "created_cache_tokens": generation.created_cache_tokens,
+    }
+    if not streamed:
+        details["multimodal_tokens"] = None
     return {
         "prompt_tokens": generation.prompt_tokens,
         "total_tokens": generation.prompt_tokens + completion,
         "completion_tokens": completion,
-        "prompt_tokens_details": {"cached_tokens": generation.cached_tokens},
+        "prompt_tokens_details": details,
+        "completion_tokens_details": {"reasoning_tokens": generation.reasoning_tokens},
     }
 
 
 def _message(choice: ChoiceOutput) -> JsonObject:
-    return {
+    message: JsonObject = {
         "role": "assistant",
         "content": choice.content,
         "refusal": None,
         "annotations": None,
         "audio": None,
         "function_call": None,
-        "tool_calls": [
+    }
+    if choice.tool_calls:  # vLLM leaves the key out of a text answer
+        message["tool_calls"] = [
             {
                 "id": call.id,
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments},
             }
             for call in choice.tool_calls
-        ],
-        "reasoning": choice.reasoning,
-    }
+        ]
+    message["reasoning"] = choice.reasoning
+    return message
 
 
-def completion_body(completion_id: str, model: str, generation: Generation) -> JsonObject:
+def completion_body(
+    completion_id: str, model: str, generation: Generation, fingerprint: str
+) -> JsonObject:
     """The non-streaming ChatCompletion."""
     return {
         "id": completion_id,
@@ -66,15 +79,21 @@ def completion_body(completion_id: str, model: str, generation: Generation) -> J
                 "message": _message(choice),
                 "logprobs": None,
                 "finish_reason": choice.finish_reason,
-                "stop_reason": None,
+                "stop_reason": choice.stop_reason,
+                "token_ids": None,
+                "routed_experts": None,
             }
             for choice in generation.choices
         ],
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": fingerprint,
         "usage": usage(generation),
         "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
@@ -93,16 +112,12 @@ class ChoiceStream:
         for piece in split_pieces(choice.content or "", PIECE_TOKENS):
             deltas.append(({"content": piece}, PIECE_TOKENS))
         for i, call in enumerate(choice.tool_calls):
-            header = {
-                "index": i,
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name},
-            }
-            deltas.append(({"tool_calls": [header]}, PIECE_TOKENS))
+            function = {"name": call.name}
+            header = {"id": call.id, "type": "function", "index": i, "function": function}
+            deltas.append(({"content": None, "tool_calls": [header]}, PIECE_TOKENS))
             for piece in split_pieces(call.arguments, PIECE_TOKENS):
                 fragment = {"index": i, "function": {"arguments": piece}}
-                deltas.append(({"tool_calls": [fragment]}, PIECE_TOKENS))
+                deltas.append(({"content": None, "tool_calls": [fragment]}, PIECE_TOKENS))
         return cls(choice, deltas)
 
     def take(self, budget: int) -> list[JsonObject]:
@@ -118,9 +133,10 @@ class ChoiceStream:
 class ChunkWriter:
     """Frames chat.completion.chunk events for one streamed completion."""
 
-    def __init__(self, completion_id: str, model: str) -> None:
+    def __init__(self, completion_id: str, model: str, fingerprint: str) -> None:
         self.completion_id = completion_id
         self.model = model
+        self.fingerprint = fingerprint
         self.created = int(time.time())
 
     def event(self, choices: list[JsonObject], extra: JsonObject | None = None) -> bytes:
@@ -135,18 +151,35 @@ class ChunkWriter:
             body.update(extra)
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
-    def delta(self, index: int, delta: JsonObject, finish_reason: str | None = None) -> bytes:
-        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        if finish_reason is not None:
-            choice["stop_reason"] = None
+    def delta(self, index: int, delta: JsonObject) -> bytes:
+        choice: JsonObject = {"index": index, "delta": delta, "logprobs": None}
+        choice["finish_reason"] = None
+        if "role" in delta:  # vLLM's opening chunk: no token ids yet, prompt fields instead
+            return self.event([choice], {"prompt_token_ids": None, "prompt_text": None})
+        choice["token_ids"] = None
         return self.event([choice])
+
+    def final(self, choice: ChoiceOutput) -> bytes:
+        return self.event(
+            [
+                {
+                    "index": choice.index,
+                    "delta": {},
+                    "logprobs": None,
+                    "finish_reason": choice.finish_reason,
+                    "stop_reason": choice.stop_reason,
+                    "token_ids": None,
+                }
+            ]
+        )
 
     def finals(self, streams: list[ChoiceStream]) -> Iterator[bytes]:
         for stream in streams:
-            yield self.delta(stream.choice.index, {}, stream.choice.finish_reason)
+            yield self.final(stream.choice)
 
     def usage(self, generation: Generation) -> bytes:
-        return self.event([], {"usage": usage(generation)})
+        body = {"usage": usage(generation, streamed=True), "system_fingerprint": self.fingerprint}
+        return self.event([], body)
 
 
 DONE = b"data: [DONE]\n\n"

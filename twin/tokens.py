@@ -2,7 +2,9 @@
 
 Real tokenizers are not available here, so the twin counts tokens with one fixed rule: a run of up
 to six letters, up to three digits, one whitespace run or one other character is a token (English
-text lands near four characters per token, as with Qwen3's BPE). The same rule feeds usage,
+text lands near four characters per token, as with Qwen3's BPE). Qwen3's added tokens — the chat
+markers and the ``<think>``/``<tool_call>`` tags — are one token each, as in its vocabulary, so a
+cut never leaves half a tag. The same rule feeds usage,
 prefix-cache blocks and the latency model, so the three always agree.
 """
 
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-_TOKEN = re.compile(r"[^\W\d_]{1,6}|\d{1,3}|\s+|[^\w\s]|_")
+_SPECIAL = (r"<\|im_start\|>", r"<\|im_end\|>", "</?think>", "</?tool_call>", "</?tool_response>")
+_TOKEN = re.compile("|".join((*_SPECIAL, r"[^\W\d_]{1,6}|\d{1,3}|\s+|[^\w\s]|_")))
 
 
 def tokenize(text: str) -> list[str]:
@@ -33,6 +36,11 @@ def truncate_tokens(text: str, limit: int) -> str:
             break
         end = match.end()
     return text[:end]
+
+
+def tokens_through(text: str, end: int) -> int:
+    """How many tokens must be generated for ``text[:end]`` to be out (a token may overrun)."""
+    return sum(1 for match in _TOKEN.finditer(text) if match.start() < end)
 
 
 def split_pieces(text: str, tokens_per_piece: int) -> list[str]:

@@ -13,11 +13,12 @@ import random
 import re
 from dataclasses import dataclass
 
-from twin.tokens import count_tokens, truncate_tokens
+from twin.tokens import count_tokens, tokens_through, truncate_tokens
 from twin.worlds.base import Call
 
 _TOOL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-_THINK_END = "\n</think>\n\n"
+THINK_CLOSE = "</think>"
+_THINK_END = f"\n{THINK_CLOSE}\n\n"
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class ToolCallOut:
 
 @dataclass(frozen=True)
 class ChoiceOutput:
-    """One finished choice: parsed fields, finish reason and its generated-token count."""
+    """One finished choice: parsed fields, why it ended and its generated-token counts."""
 
     index: int
     reasoning: str | None
@@ -48,11 +49,13 @@ class ChoiceOutput:
     tool_calls: tuple[ToolCallOut, ...]
     finish_reason: str
     completion_tokens: int
+    reasoning_tokens: int = 0
+    stop_reason: str | None = None  # the stop string that ended it, as vLLM reports
 
 
 def tool_call_id(rng: random.Random) -> str:
-    """An id shaped like vLLM's: ``chatcmpl-tool-`` and 32 hex digits."""
-    return f"chatcmpl-tool-{rng.getrandbits(128):032x}"
+    """An id shaped like vLLM's: ``chatcmpl-tool-`` and 16 hex digits."""
+    return f"chatcmpl-tool-{rng.getrandbits(64):016x}"
 
 
 def render_calls(calls: tuple[Call, ...]) -> str:
@@ -84,6 +87,22 @@ def parse_hermes(text: str, rng: random.Random) -> tuple[str | None, tuple[ToolC
     return (content or None), tuple(calls)
 
 
+def _first_stop(raw: str, stop: list[str]) -> tuple[int, str] | None:
+    """Where the earliest stop string starts in the generated text, and which one it is."""
+    found = [(raw.find(word), word) for word in stop if word and word in raw]
+    return min(found) if found else None
+
+
+def _split_thinking(raw: str) -> tuple[str, str, bool]:
+    """vLLM's qwen3 reasoning parser: text before ``</think>`` is reasoning (all of it if the
+    tag never came), the rest is content."""
+    head, sep, rest = raw.partition(THINK_CLOSE)
+    reasoning = head.removeprefix("<think>").removeprefix("\n")
+    if sep:
+        return reasoning.removesuffix("\n"), rest.lstrip("\n"), True
+    return reasoning, "", False
+
+
 def finish(
     draft: Draft,
     *,
@@ -93,24 +112,35 @@ def finish(
     stop: list[str],
     rng: random.Random,
 ) -> ChoiceOutput:
-    """Render, cut and parse one choice."""
+    """Render, cut and parse one choice.
+
+    Generation ends at the first of: a stop string (checked on everything generated, thinking
+    included, as vLLM's detokenizer does; the text stops before it), ``max_tokens`` (no
+    end-of-turn token fits, so exactly ``max_tokens`` are counted) or the end-of-turn token
+    (counted as one more).
+    """
     body = draft.content + render_calls(draft.calls)
     raw = f"<think>\n{draft.reasoning}{_THINK_END}{body}" if thinking else body
     finish_reason = "tool_calls" if draft.calls else "stop"
-    if max_tokens is not None and count_tokens(raw) > max_tokens:
+    generated = count_tokens(raw) + 1  # the end-of-turn token
+    stop_reason: str | None = None
+    hit = _first_stop(raw, stop)
+    if hit is not None:
+        generated = tokens_through(raw, hit[0] + len(hit[1]))
+    if max_tokens is not None and generated > max_tokens:
         raw = truncate_tokens(raw, max_tokens)
+        generated = max_tokens
         finish_reason = "length"
+    elif hit is not None:
+        raw = raw[: hit[0]]
+        finish_reason, stop_reason = "stop", hit[1]
     reasoning: str | None = None
     rest = raw
+    reasoning_tokens = 0
     if thinking:
-        head, sep, rest = raw.partition(_THINK_END)
-        reasoning = head.removeprefix("<think>\n")
-        if not sep:
-            rest = ""
-    for word in stop:
-        if word and word in rest:
-            rest = rest[: rest.index(word)]
-            finish_reason = "stop"
+        reasoning, rest, closed = _split_thinking(raw)
+        # Only a cut or a stop string ends a thought early, so no end-of-turn token to leave out.
+        reasoning_tokens = count_tokens(raw[: raw.index(THINK_CLOSE)]) if closed else generated
     content, calls = parse_hermes(rest, rng)
     if finish_reason == "tool_calls" and not calls:
         finish_reason = "stop"
@@ -120,5 +150,7 @@ def finish(
         content=content,
         tool_calls=calls,
         finish_reason=finish_reason,
-        completion_tokens=count_tokens(raw) + 1,  # +1: the end-of-turn token
+        completion_tokens=generated,
+        reasoning_tokens=reasoning_tokens,
+        stop_reason=stop_reason,
     )

@@ -42,6 +42,36 @@ def test_usage_reports_cached_tokens(engine: Engine, http: httpx.Client) -> None
     assert 0 <= cached <= usage["prompt_tokens"]
 
 
+def test_text_message_fields(engine: Engine, http: httpx.Client) -> None:
+    """A text answer's message has vLLM's keys (no ``tool_calls``), and a vLLM fingerprint."""
+    body = {"model": engine.model, "messages": HELLO, "max_tokens": 6, "seed": 1, **THINKING_OFF}
+    completion = http.post("/v1/chat/completions", json=body).json()
+    message = completion["choices"][0]["message"]
+    assert list(message) == [
+        "role",
+        "content",
+        "refusal",
+        "annotations",
+        "audio",
+        "function_call",
+        "reasoning",
+    ]
+    assert completion["system_fingerprint"].startswith("vllm-")
+    assert completion["id"].startswith("chatcmpl-")
+
+
+def test_thinking_cut_counts_reasoning_tokens(engine: Engine, http: httpx.Client) -> None:
+    """A thought cut by ``max_tokens`` is all reasoning, and usage counts it so."""
+    body = {"model": engine.model, "messages": HELLO, "max_tokens": 4, "seed": 1}
+    completion = http.post("/v1/chat/completions", json=body).json()
+    choice = completion["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["content"] is None
+    assert choice["message"]["reasoning"]
+    assert completion["usage"]["completion_tokens"] == 4
+    assert completion["usage"]["completion_tokens_details"] == {"reasoning_tokens": 4}
+
+
 def test_thinking_goes_to_reasoning(engine: Engine, http: httpx.Client) -> None:
     """With thinking on, the thought arrives in ``message.reasoning``; with it off, none does."""
     body = {"model": engine.model, "messages": HELLO, "max_tokens": 16, "seed": 3}

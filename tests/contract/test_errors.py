@@ -19,6 +19,8 @@ INVALID_BODIES = [
     pytest.param({"messages": HELLO, "max_tokens": -1}, "max_tokens", id="max-tokens-negative"),
     pytest.param({"messages": HELLO, "n": 0}, "n", id="n-zero"),
     pytest.param({"messages": HELLO, "tool_choice": "required"}, "tool_choice", id="no-tools"),
+    pytest.param({"messages": HELLO, "tool_choice": "auto"}, "tool_choice", id="auto-no-tools"),
+    pytest.param({"messages": HELLO, "n": 2, "temperature": 0}, "n", id="greedy-n"),
 ]
 
 
@@ -83,3 +85,23 @@ def test_max_tokens_beyond_context_is_400(engine: Engine, http: httpx.Client) ->
     body = {"model": engine.model, "messages": HELLO, "max_tokens": max_model_len + 1}
     error = _check_envelope(http.post("/v1/chat/completions", json=body), 400)
     assert error["param"] == "max_tokens"
+    assert error["type"] == "BadRequestError"
+    assert f"max_model_len={max_model_len}" in error["message"]
+
+
+def test_tool_choice_without_tools_names_the_parameter(engine: Engine, http: httpx.Client) -> None:
+    """``tool_choice`` without ``tools`` is a ``BadRequestError`` naming ``tool_choice``."""
+    body = {"model": engine.model, "messages": HELLO, "tool_choice": "required"}
+    error = _check_envelope(http.post("/v1/chat/completions", json=body), 400)
+    assert error["type"] == "BadRequestError"
+    assert error["param"] == "tool_choice"
+    assert error["message"].startswith("When using `tool_choice`, `tools` must be set.")
+
+
+def test_unparsable_field_is_fastapi_bad_request(engine: Engine, http: httpx.Client) -> None:
+    """A field of the wrong type gets FastAPI's ``Bad Request`` naming ``body.<field>``."""
+    body = {"model": engine.model, "messages": HELLO, "n": "abc"}
+    error = _check_envelope(http.post("/v1/chat/completions", json=body), 400)
+    assert error["type"] == "Bad Request"
+    assert error["param"] == "body.n"
+    assert error["message"].startswith("1 validation error:")

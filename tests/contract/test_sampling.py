@@ -49,6 +49,13 @@ def test_seeded_choices_differ_from_each_other(engine: Engine, http: httpx.Clien
     assert len(set(contents)) > 1
 
 
+def test_choice_i_is_sampled_with_seed_plus_i(engine: Engine, http: httpx.Client) -> None:
+    """Choice ``i`` of a seeded ``n`` request is what ``n=1`` with ``seed + i`` returns."""
+    triple = _answers(http, engine, n=3, seed=7, max_tokens=8)
+    singles = [_answers(http, engine, seed=seed, max_tokens=8)[0] for seed in (7, 8, 9)]
+    assert triple == singles
+
+
 @pytest.mark.parametrize("limit", ["max_tokens", "max_completion_tokens"])
 def test_token_limit_cuts_with_length(engine: Engine, http: httpx.Client, limit: str) -> None:
     """A token limit the answer reaches ends it with ``finish_reason: length`` at that count."""
@@ -56,6 +63,7 @@ def test_token_limit_cuts_with_length(engine: Engine, http: httpx.Client, limit:
     response = http.post("/v1/chat/completions", json=body).json()
     assert response["choices"][0]["finish_reason"] == "length"
     assert response["usage"]["completion_tokens"] == 3
+    assert response["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
 
 
 def test_streamed_token_limit_cuts_with_length(engine: Engine, http: httpx.Client) -> None:

@@ -84,6 +84,13 @@ def test_tool_call_deltas_reassemble(engine: Engine, http: httpx.Client) -> None
     assert re.match(TOOL_CALL_ID, head["id"]), head
     assert head["type"] == "function"
     assert head["function"]["name"] == expected["name"]
+    tool_deltas = [
+        choice["delta"]
+        for chunk in stream_chunks(http, body)
+        for choice in chunk["choices"]
+        if choice["delta"].get("tool_calls")
+    ]
+    assert all("content" in d and d["content"] is None for d in tool_deltas), tool_deltas
     for piece in tail:
         assert "id" not in piece or piece["id"] is None, piece
         assert piece["function"].get("name") is None, piece

@@ -36,7 +36,7 @@ _FORCED_TEXT = (
 THINKING_OFF: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": False}}
 USER_ASKS = [{"role": "user", "content": "What is the weather in Paris right now?"}]
 HELLO = [{"role": "user", "content": "Say hello in a few words."}]
-TOOL_CALL_ID = r"^chatcmpl-tool-[0-9a-f]+$"
+TOOL_CALL_ID = r"^chatcmpl-tool-[0-9a-f]{16}$"
 
 
 def forced_tool_call_extra() -> dict[str, Any]:

@@ -68,6 +68,45 @@ def test_streamed_tool_call_deltas_reassemble(twin) -> None:
     assert events[-1]["usage"]["completion_tokens"] > 0
 
 
+# Keys in the order a real vLLM 0.32 sends them (probed against the CPU engine).
+COMPLETION_KEYS = [
+    *("id", "object", "created", "model", "choices", "service_tier", "system_fingerprint"),
+    *("usage", "prompt_logprobs", "prompt_token_ids", "prompt_text", "kv_transfer_params"),
+    *("ec_transfer_params", "metrics"),
+]
+CHOICE_KEYS = ["index", "message", "logprobs", "finish_reason", "stop_reason", "token_ids",
+               "routed_experts"]  # fmt: skip
+TEXT_MESSAGE_KEYS = ["role", "content", "refusal", "annotations", "audio", "function_call",
+                     "reasoning"]  # fmt: skip
+
+
+def test_wire_keys_match_vllm(twin) -> None:
+    """Envelope, choice, message, usage and stream chunks carry exactly vLLM's keys."""
+    hello = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "seed": 1}
+    body = _post(twin.url, {**hello, "max_tokens": 5}).json()
+    assert list(body) == COMPLETION_KEYS
+    assert list(body["choices"][0]) == CHOICE_KEYS
+    assert list(body["choices"][0]["message"]) == TEXT_MESSAGE_KEYS
+    assert body["system_fingerprint"].startswith("vllm-0.32.0-")
+    assert body["usage"]["prompt_tokens_details"].keys() == {
+        "cached_tokens", "created_cache_tokens", "multimodal_tokens"}  # fmt: skip
+    assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": 5}
+    tools = world_request("retail", 0, temperature=0)
+    message = _post(twin.url, tools).json()["choices"][0]["message"]
+    assert list(message) == [*TEXT_MESSAGE_KEYS[:-1], "tool_calls", "reasoning"]
+    events = _events(twin.url, {**tools, "stream": True, "stream_options": {"include_usage": True}})
+    assert events[0]["prompt_token_ids"] is None
+    tool_deltas = [e["choices"][0]["delta"] for e in events[1:-1] if e["choices"][0]["delta"]]
+    tool_deltas = [d for d in tool_deltas if "tool_calls" in d]
+    assert all(d["content"] is None for d in tool_deltas)
+    assert list(tool_deltas[0]["tool_calls"][0]) == ["id", "type", "index", "function"]
+    final = events[-2]["choices"][0]
+    assert list(final) == ["index", "delta", "logprobs", "finish_reason", "stop_reason",
+                           "token_ids"]  # fmt: skip
+    assert events[-1]["system_fingerprint"] == body["system_fingerprint"]
+    assert "multimodal_tokens" not in events[-1]["usage"]["prompt_tokens_details"]
+
+
 def test_openai_sdk_gets_parsed_tool_call(twin) -> None:
     """The official SDK parses a tool call, non-stream and stream."""
     client = openai.OpenAI(base_url=f"{twin.url}/v1", api_key="unused")

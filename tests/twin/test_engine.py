@@ -60,30 +60,131 @@ def test_malformed_rehearsal_is_a_400() -> None:
     assert "rehearsal" in caught.value.message.lower()
 
 
+# Messages, types and params as a real vLLM 0.32 sends them (probed against the CPU engine).
 @pytest.mark.parametrize(
-    ("patch", "param"),
+    ("patch", "kind", "param", "message"),
     [
-        pytest.param({"n": 0}, "n", id="n-low"),
-        pytest.param({"n": 17}, "n", id="n-high"),
-        pytest.param({"temperature": -1}, "temperature", id="temperature"),
-        pytest.param({"messages": [{"role": "robot", "content": "x"}]}, "messages", id="role"),
-        pytest.param({"tool_choice": "required", "tools": None}, "tool_choice", id="choice"),
-        pytest.param({"max_tokens": 0}, "max_tokens", id="max-tokens"),
+        pytest.param({"n": 0}, "BadRequestError", None, "n must be at least 1, got 0.", id="n"),
+        pytest.param(
+            {"temperature": -1},
+            "BadRequestError",
+            "temperature",
+            "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)",
+            id="temperature",
+        ),
+        pytest.param(
+            {"tool_choice": "required", "tools": None},
+            "BadRequestError",
+            "tool_choice",
+            "When using `tool_choice`, `tools` must be set. (parameter=tool_choice)",
+            id="choice",
+        ),
+        pytest.param(
+            {"tool_choice": "auto", "tools": None},
+            "BadRequestError",
+            "tool_choice",
+            "When using `tool_choice`, `tools` must be set. (parameter=tool_choice)",
+            id="auto-choice",
+        ),
+        pytest.param(
+            {"max_completion_tokens": 0},
+            "BadRequestError",
+            "max_tokens",
+            "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+            id="max-tokens",
+        ),
+        pytest.param(
+            {"max_completion_tokens": 40961},
+            "BadRequestError",
+            "max_completion_tokens",
+            "max_completion_tokens=40961 cannot be greater than max_model_len=40960. Please"
+            " request fewer output tokens. (parameter=max_completion_tokens, value=40961)",
+            id="beyond-context",
+        ),
+        pytest.param(
+            {"n": 2, "temperature": 0},
+            "BadRequestError",
+            None,
+            "n must be 1 when using greedy sampling, got 2.",
+            id="greedy-n",
+        ),
+        pytest.param(
+            {"messages": []},
+            "BadRequestError",
+            None,
+            "Cannot apply chat template to an empty conversation. Provide at least one message.",
+            id="no-messages",
+        ),
+        pytest.param(
+            {"n": "abc"},
+            "Bad Request",
+            "body.n",
+            "1 validation error:\n  {'type': 'int_parsing', 'loc': 'body.n', 'msg': 'Input should"
+            " be a valid integer, unable to parse string as an integer', 'input': 'abc'}",
+            id="n-type",
+        ),
+        pytest.param(
+            {"messages": {"a": 1}},
+            "Bad Request",
+            "body.messages",
+            "1 validation error:\n  {'type': 'list_type', 'loc': 'body.messages', 'msg': 'Input"
+            " should be a valid list', 'input': '<dict of 1 items>'}",
+            id="messages-type",
+        ),
     ],
 )
-def test_invalid_requests_raise_400(patch: dict, param: str) -> None:
-    """Out-of-range or ill-typed fields are refused with vLLM's 400 envelope."""
+def test_invalid_requests_raise_400(
+    patch: dict, kind: str, param: str | None, message: str
+) -> None:
+    """Invalid fields are refused with the 400 envelope vLLM sends for them, word for word."""
     body = {**world_request("bank", 0), **patch}
     with pytest.raises(TwinError) as caught:
         parse_request(body)
-    envelope = caught.value.envelope()["error"]
-    assert envelope["code"] == 400
-    assert envelope["type"] == "BadRequestError"
-    assert envelope["param"] == param
-    assert set(envelope) == {"message", "type", "param", "code"}
+    assert caught.value.envelope() == {
+        "error": {"message": message, "type": kind, "param": param, "code": 400}
+    }
+
+
+def test_vllm_accepts_what_the_twin_accepts() -> None:
+    """Custom roles, a large ``n`` and ``tool_choice: none`` without tools are fine on vLLM."""
+    body = {**world_request("bank", 0), "n": 40, "tool_choice": "none", "tools": None}
+    assert parse_request({**body, "messages": [{"role": "robot", "content": "x"}]}).n == 40
 
 
 def test_unknown_fields_are_ignored() -> None:
     """Fields the twin does not know are accepted silently."""
     body = world_request("bank", 0, repetition_penalty=1.1, vllm_xargs={"a": 1}, user="u")
     assert parse_request(body).n == 1
+
+
+HELLO = {"model": "EnvACE-Qwen3-8B", "messages": [{"role": "user", "content": "Say hello."}]}
+
+
+def test_choice_i_is_seeded_with_seed_plus_i() -> None:
+    """As in vLLM, choice i of ``seed=s, n=k`` is choice 0 of ``seed=s+i, n=1``."""
+    engine = TwinEngine(TwinSettings(skill=0.5))
+    body = {**world_request("retail", 2), "temperature": 1.0}
+    triple = _signature(_prepare(engine, {**body, "n": 3, "seed": 7}))
+    singles = [_signature(_prepare(engine, {**body, "seed": s}))[0] for s in (7, 8, 9)]
+    assert triple == singles
+
+
+def test_text_answers_vary_with_seed_and_choice() -> None:
+    """A text answer's wording is sampled: choices differ, and so do seeds."""
+    engine = TwinEngine(TwinSettings())
+    off = {**HELLO, "chat_template_kwargs": {"enable_thinking": False}, "n": 4}
+    contents = [c.content for c in _prepare(engine, {**off, "seed": 1}).choices]
+    assert len(set(contents)) > 1
+    others = [c.content for c in _prepare(engine, {**off, "seed": 100}).choices]
+    assert contents != others
+
+
+def test_greedy_ignores_the_seed() -> None:
+    """``temperature: 0`` decodes greedily, so the seed changes nothing."""
+    engine = TwinEngine(TwinSettings(skill=0.5))
+    outputs = {
+        str(_signature(_prepare(engine, {**body, "temperature": 0, "seed": s})))
+        for body in (HELLO, world_request("bank", 1))
+        for s in range(6)
+    }
+    assert len(outputs) == 2
