@@ -41,6 +41,7 @@ from server.routes import router
 from server.service import PASSTHROUGH, ChatService, EnginesReady
 from server.settings import GatewaySettings
 from server.state import MODE_STATE_KEY, STATE_KEY, GatewayState
+from server.transport import EngineTransport
 from server.upstream import EngineClient
 
 log = logging.getLogger("rehearsal_gateway.server")
@@ -102,6 +103,8 @@ async def open_state(
             write=settings.write_timeout,
             pool=settings.queue_timeout,
         ),
+        # Plain-http engines go through the lean transport; https ones through httpx's own pool.
+        mounts={"http://": EngineTransport(max_idle_per_origin=connections)},
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         # Relay bytes as the engine sends them; never let proxy variables reroute loopback.
         headers={"accept-encoding": "identity"},
