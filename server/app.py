@@ -35,14 +35,24 @@ from server.errors import (
     error_status_and_body,
     internal_error_body,
 )
+from server.feedback import Feedback
 from server.metrics import GatewayMetrics
+from server.rehearse import RehearsalService
 from server.relay import ClientDisconnected
 from server.routes import router
 from server.service import PASSTHROUGH, ChatService, EnginesReady
 from server.settings import GatewaySettings
-from server.state import MODE_STATE_KEY, STATE_KEY, GatewayState
+from server.state import MODE_STATE_KEY, OUTCOME_STATE_KEY, STATE_KEY, GatewayState
 from server.transport import EngineTransport
 from server.upstream import EngineClient
+from server.waits import WaitClock, current_clock
+from server.wiring import (
+    StoreReady,
+    budget_caps,
+    budget_defaults,
+    open_store,
+    planner_settings,
+)
 
 log = logging.getLogger("rehearsal_gateway.server")
 
@@ -112,17 +122,30 @@ async def open_state(
     )
     engines = EngineClient(http, metrics, settings.health_timeout)
     chat = ChatService(pool, engines, max_attempts=settings.max_attempts)
-    state = GatewayState(settings, metrics, keyring, http, pool, engines, chat)
+    store = open_store(settings)
+    rehearsal = RehearsalService(
+        chat,
+        store,
+        metrics,
+        defaults=budget_defaults(settings),
+        caps=budget_caps(settings),
+        planner=planner_settings(settings),
+    )
+    chat.rehearsal = rehearsal
+    chat.feedback = Feedback(store, metrics)
+    state = GatewayState(settings, metrics, keyring, http, pool, engines, chat, store, rehearsal)
     state.checks.append(EnginesReady(pool))
+    state.checks.append(StoreReady(store))
     try:
         await pool.check_all(engines.probe)
         interval = settings.health_interval
         health = asyncio.create_task(pool.run_health_checks(engines.probe, interval))
         log.info(
-            "gateway ready: %d engine(s), %d healthy; API keys %s",
+            "gateway ready: %d engine(s), %d healthy; API keys %s; store %s",
             len(pool.engines),
             sum(engine.healthy for engine in pool.engines),
             "on" if keyring.enabled else "off",
+            store.kind,
         )
         try:
             yield state
@@ -131,6 +154,7 @@ async def open_state(
             with contextlib.suppress(asyncio.CancelledError):
                 await health
     finally:
+        await store.close()
         await http.aclose()
         metrics.worker_exited(os.getpid())
 
@@ -155,13 +179,21 @@ class RequestAccounting:
                 status = message["status"]
             await send(message)
 
+        clock = WaitClock()
+        token = current_clock.set(clock)
         with self.metrics.track_in_flight():
             try:
                 await self.app(scope, receive, send_and_note)
             finally:
-                mode = scope.get("state", {}).get(MODE_STATE_KEY, PASSTHROUGH)
+                current_clock.reset(token)
+                elapsed = time.perf_counter() - started
+                state = scope.get("state", {})
+                mode = state.get(MODE_STATE_KEY, PASSTHROUGH)
                 outcome = "ok" if status < 400 else "client_error" if status < 500 else "error"
-                self.metrics.observe_request(mode, outcome, time.perf_counter() - started)
+                if outcome == "ok":
+                    outcome = state.get(OUTCOME_STATE_KEY, outcome)
+                self.metrics.observe_request(mode, outcome, elapsed)
+                self.metrics.observe_overhead(mode, elapsed - clock.waited)
 
 
 def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> Response:

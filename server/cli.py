@@ -80,6 +80,16 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"rehearsal-gateway serve: invalid settings\n{exc}", file=sys.stderr)
         return 2
+    if settings.workers > 1 and settings.redis_url is None:
+        print(
+            "rehearsal-gateway serve: --workers > 1 needs --redis URL (RGW_REDIS_URL): with the "
+            "in-process store each worker would keep its own rehearsal memory, and a tool result "
+            "reaching another worker than the one that committed the call would be lost",
+            file=sys.stderr,
+        )
+        return 2
+    if settings.redis_url is None:
+        print("rehearsal store: in-process (no Redis URL configured; one process only)", flush=True)
     if settings.workers > 1 and settings.metrics_dir is None:
         metrics_dir = tempfile.mkdtemp(prefix="rgw-metrics-")
         os.environ[ENV_PREFIX + "METRICS_DIR"] = metrics_dir

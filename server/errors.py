@@ -9,6 +9,8 @@
     ├── NotFound                404  not_found_error
     │   └── ModelNotFound       404  invalid_request_error / model_not_found
     ├── MethodNotAllowed        405  invalid_request_error
+    ├── StoreUnavailable        503  service_unavailable / store_unavailable
+    │                           (raised at the store boundary; rehearsal degrades instead)
     └── EngineError                  (raised at the engine boundary, from httpx errors)
         ├── EngineRejected      the engine's own 4xx, relayed with its status and message
         ├── EngineUnavailable   503  service_unavailable / engine_unavailable   (retryable)
@@ -95,6 +97,18 @@ class EngineRejected(EngineError):
         self.type = type_
 
 
+class StoreUnavailable(GatewayError):
+    """The store (Redis) could not be reached or answered too slowly; ``op`` names the call.
+
+    Rehearsal and feedback absorb it (the answer is served without memory, and says so); only
+    a route that needs the store itself, such as reading a stored trace, answers with it.
+    """
+
+    def __init__(self, op: str, detail: str) -> None:
+        super().__init__(f"the rehearsal store is unavailable ({op}: {detail})")
+        self.op = op
+
+
 class EngineUnavailable(EngineError):
     """No engine could be reached (none healthy, or the connection was refused)."""
 
@@ -142,6 +156,7 @@ ERROR_TABLE: dict[type[GatewayError], ErrorKind] = {
     NotFound: ErrorKind(404, "not_found_error", "not_found"),
     ModelNotFound: ErrorKind(404, "invalid_request_error", "model_not_found"),
     MethodNotAllowed: ErrorKind(405, "invalid_request_error", "method_not_allowed"),
+    StoreUnavailable: ErrorKind(503, "service_unavailable", "store_unavailable"),
     EngineError: ErrorKind(502, "upstream_error", "engine_error"),
     EngineUnavailable: ErrorKind(503, "service_unavailable", "engine_unavailable"),
     EngineOverloaded: ErrorKind(503, "service_unavailable", "engine_overloaded"),

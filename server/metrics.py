@@ -27,12 +27,23 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prom_multiprocess
 
+from rehearsal.trace import RehearsalResult
+
 PREFIX = "rehearsal_gateway_"
 
 # Request-level latencies: sub-millisecond pass-through up to multi-second rehearsals.
 REQUEST_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 )  # fmt: skip
+# The gateway's own time: fine around the 1 ms p50 target (docs/metrics.md, "Buckets").
+OVERHEAD_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+)  # fmt: skip
+# Real tool calls: a local function (tens of ms) up to a slow API or a human (10 minutes).
+REAL_CALL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+FIDELITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 
 class GatewayMetrics:
@@ -77,6 +88,7 @@ class GatewayMetrics:
             ("engine", "kind"),
             registry=reg,
         )
+        self._rehearsal_families(reg)
         self.in_flight = Gauge(
             PREFIX + "in_flight_requests",
             "Chat requests being served now.",
@@ -96,6 +108,54 @@ class GatewayMetrics:
             ("engine",),
             registry=reg,
             multiprocess_mode="livemostrecent",
+        )
+
+    def _rehearsal_families(self, reg: CollectorRegistry) -> None:
+        """The families of rehearsal, feedback and the store (docs/metrics-spec.md)."""
+        self.rehearsal_seconds = Histogram(
+            PREFIX + "rehearsal_duration_seconds",
+            "The rehearsal phase: acting and imagining, before the commit.",
+            ("mode",), buckets=REQUEST_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.imagined_seconds = Histogram(
+            PREFIX + "imagined_observation_seconds",
+            "One rehearsal-role engine call: one imagined tool result.",
+            buckets=REQUEST_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.real_call_seconds = Histogram(
+            PREFIX + "real_tool_call_seconds",
+            "Our response with a committed tool call until the client's real result arrives.",
+            buckets=REAL_CALL_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.commit_seconds = Histogram(
+            PREFIX + "commit_duration_seconds",
+            "The commit phase (a reflect call, or select without one).",
+            ("commit",), buckets=REQUEST_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.overhead_seconds = Histogram(
+            PREFIX + "overhead_seconds",
+            "Gateway time not spent waiting on engines or the store.",
+            ("mode",), buckets=OVERHEAD_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.fidelity = Histogram(
+            PREFIX + "fidelity",
+            "Similarity in [0, 1] between the imagined and the real tool result.",
+            ("outcome",), buckets=FIDELITY_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.vetoes = Counter(
+            PREFIX + "vetoes", "Simulator vetoes by EnvACE code.", ("code",), registry=reg
+        )
+        self.early_exits = Counter(
+            PREFIX + "early_exits", "Rehearsals that ended early.", ("mode",), registry=reg
+        )
+        self.degraded = Counter(
+            PREFIX + "degraded", "Degraded answers by reason.", ("reason",), registry=reg
+        )
+        self.tokens = Counter(
+            PREFIX + "tokens", "Tokens by role and kind.", ("role", "kind"), registry=reg
+        )
+        self.store_errors = Counter(
+            PREFIX + "store_errors", "Store (Redis) failures by operation.", ("op",), registry=reg
         )
 
     # ---- requests
@@ -128,6 +188,52 @@ class GatewayMetrics:
         """The outcome of one health check."""
         self.engine_healthy.labels(engine).set(1.0 if healthy else 0.0)
         self.engine_queue_depth.labels(engine).set(queue_depth)
+
+    # ---- rehearsal
+
+    def observe_imagined(self, seconds: float) -> None:
+        """One rehearsal-role call: one imagined tool result."""
+        self.imagined_seconds.observe(seconds)
+
+    def observe_real_tool_call(self, seconds: float) -> None:
+        """Our response with a committed call → the client's real result arriving."""
+        self.real_call_seconds.observe(seconds)
+
+    def observe_fidelity(self, score: float, outcome: str) -> None:
+        """How close the imagined result was to the real one; ``outcome`` is what was imagined."""
+        self.fidelity.labels(outcome.split(":", 1)[0]).observe(score)
+
+    def store_error(self, op: str) -> None:
+        self.store_errors.labels(op).inc()
+
+    def observe_overhead(self, mode: str, seconds: float) -> None:
+        self.overhead_seconds.labels(mode).observe(max(seconds, 0.0))
+
+    def observe_rehearsal(self, result: RehearsalResult, degraded: str | None) -> None:
+        """Everything one finished rehearsal says: phases, vetoes, early exit, tokens, faults."""
+        mode = result.budget.mode
+        timings = result.timings
+        self.rehearsal_seconds.labels(mode).observe((timings.act + timings.rehearse) / 1000.0)
+        if timings.commit or result.budget.commit == "select":
+            self.commit_seconds.labels(result.budget.commit).observe(timings.commit / 1000.0)
+        for trajectory in result.trajectories:
+            for step in trajectory.steps:
+                for observation in step.observations:
+                    if observation.verdict == "veto":
+                        self.vetoes.labels(observation.code or "UNKNOWN").inc()
+        if result.early_exit is not None:
+            self.early_exits.labels(mode).inc()
+        if degraded is not None:
+            self.degraded.labels(degraded).inc()
+        for role, usage in result.tokens.items():
+            self.tokens.labels(role, "prompt").inc(usage.prompt)
+            self.tokens.labels(role, "completion").inc(usage.completion)
+            self.tokens.labels(role, "cached").inc(usage.cached)
+
+    def observe_passthrough_usage(self, prompt: int, completion: int, cached: int) -> None:
+        self.tokens.labels("passthrough", "prompt").inc(prompt)
+        self.tokens.labels("passthrough", "completion").inc(completion)
+        self.tokens.labels("passthrough", "cached").inc(cached)
 
     # ---- exposition
 

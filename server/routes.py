@@ -9,9 +9,10 @@ from starlette.responses import Response
 
 from server.errors import InvalidRequest, PayloadTooLarge
 from server.protocol import ModelCard, ModelList
+from server.rehearse_stream import RehearsalStream
 from server.relay import StreamRelay, json_response, until_disconnect
-from server.service import StreamAnswer, readiness
-from server.state import MODE_STATE_KEY, gateway_of, tenant_of_request
+from server.service import RehearsedStream, StreamAnswer, readiness
+from server.state import MODE_STATE_KEY, OUTCOME_STATE_KEY, gateway_of, tenant_of_request
 
 router = APIRouter()
 
@@ -42,13 +43,28 @@ async def chat_completions(request: Request) -> Response:
     state = gateway_of(request)
     raw = await read_body(request, state.settings.max_body_bytes)
     call = state.chat.prepare(
-        raw, session_id=request.headers.get("x-session-id"), tenant=tenant_of_request(request)
+        raw,
+        session_id=request.headers.get("x-session-id"),
+        tenant=tenant_of_request(request),
+        headers=request.headers,
     )
     answer = await until_disconnect(request.receive, state.chat.complete(call))
     setattr(request.state, MODE_STATE_KEY, answer.mode)
     if isinstance(answer, StreamAnswer):
         return StreamRelay(answer)
+    if isinstance(answer, RehearsedStream):
+        return RehearsalStream(answer.rehearsal, answer.include_usage)
+    if answer.outcome is not None:
+        setattr(request.state, OUTCOME_STATE_KEY, answer.outcome)
     return json_response(answer)
+
+
+@router.get("/v1/rehearsals/{rehearsal_id}")
+async def get_rehearsal(request: Request, rehearsal_id: str) -> Response:
+    """A stored rehearsal trace, to the tenant that created it."""
+    state = gateway_of(request)
+    trace = await state.rehearsal.trace(tenant_of_request(request), rehearsal_id)
+    return Response(orjson.dumps(trace), media_type=JSON)
 
 
 @router.get("/v1/models")

@@ -2,18 +2,22 @@
 
 A route turns bytes into a ``ChatCall`` with ``ChatService.prepare`` and hands it to
 ``ChatService.complete``, which decides what to do with it and returns a ``ChatAnswer``: a whole
-JSON body or an open engine stream. Today every call is a **pass-through** (the client's request,
-to one engine, answer relayed untouched); ``complete`` is the single place where a rehearsed path
-branches off. Retries live here: connection errors and 5xx move the call to another engine, but
-only while nothing has reached the client yet.
+JSON body, an open engine stream, or a rehearsal still to be streamed. A call whose budget asks
+for rehearsal (``server/rehearse.py``) is rehearsed; every other call is a **pass-through** (the
+client's request, to one engine, answer relayed untouched). Either way, tool results answering
+calls this gateway committed are first fed back (``server/feedback.py``). Retries live here:
+connection errors and 5xx move a call to another engine, but only while nothing has reached the
+client yet — rehearsal's own engine calls go through the same ``call_engine`` and
+``open_engine_stream``.
 
 Readiness is a list of ``ReadinessCheck`` objects; ``/ready`` passes when each does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from pydantic import ValidationError
@@ -23,6 +27,11 @@ from server.errors import EngineError, InvalidRequest
 from server.protocol import ChatCompletionRequest
 from server.settings import Role
 from server.upstream import EngineClient, EngineStream
+
+if TYPE_CHECKING:
+    from rehearsal.budget import Budget
+    from server.feedback import Feedback
+    from server.rehearse import Rehearsal, RehearsalService
 
 PASSTHROUGH = "passthrough"
 
@@ -37,6 +46,8 @@ class ChatCall:
     model: str | None  # the engine-side model name (aliases resolved)
     affinity: bytes
     tenant: str
+    session: str | None = None  # X-Session-Id, else the ``user`` field
+    budget: Budget | None = None  # set when the call is to be rehearsed
 
     @property
     def stream(self) -> bool:
@@ -51,6 +62,7 @@ class JsonAnswer:
     mode: str = PASSTHROUGH
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
+    outcome: str | None = None  # "degraded" for a degraded rehearsal; else from the status
 
 
 @dataclass(eq=False, slots=True)
@@ -73,7 +85,19 @@ class StreamAnswer:
             self.pool.release(self.stream.engine)
 
 
-ChatAnswer = JsonAnswer | StreamAnswer
+@dataclass(eq=False, slots=True)
+class RehearsedStream:
+    """A streamed rehearsal, run while the route's response streams (``server/rehearse_stream``)."""
+
+    rehearsal: Rehearsal
+    include_usage: bool
+
+    @property
+    def mode(self) -> str:
+        return self.rehearsal.budget.mode
+
+
+ChatAnswer = JsonAnswer | StreamAnswer | RehearsedStream
 
 
 def decode_chat_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionRequest]:
@@ -122,20 +146,34 @@ _TYPE_TAGS = frozenset(("str", "int", "float", "bool", "dict", "list", "none"))
 
 
 class ChatService:
-    """Serves chat calls with the engine pool."""
+    """Serves chat calls with the engine pool (and, once attached, rehearsal and feedback)."""
 
     def __init__(self, pool: EnginePool, engines: EngineClient, *, max_attempts: int) -> None:
         self.pool = pool
         self.engines = engines
         self.max_attempts = max_attempts
+        self.rehearsal: RehearsalService | None = None
+        self.feedback: Feedback | None = None
 
-    def prepare(self, raw: bytes, *, session_id: str | None, tenant: str) -> ChatCall:
-        """Validate a request body and work out where it goes."""
+    def prepare(
+        self,
+        raw: bytes,
+        *,
+        session_id: str | None,
+        tenant: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> ChatCall:
+        """Validate a request body (and its rehearsal knobs) and work out where it goes."""
         body, request = decode_chat_request(raw)
         model = self.pool.resolve_model(request.model)
+        budget = None
+        if self.rehearsal is not None:
+            budget = self.rehearsal.budget_for(body, headers or {})
         payload = raw
-        if model != request.model:
-            payload = orjson.dumps({**body, "model": model})
+        if model != request.model or "rehearsal" in body:
+            # ``rehearsal`` is ours: an engine must never see it (vLLM would reject it).
+            engine_body = {k: v for k, v in body.items() if k != "rehearsal"}
+            payload = orjson.dumps({**engine_body, "model": model})
         return ChatCall(
             request=request,
             body=body,
@@ -143,33 +181,56 @@ class ChatService:
             model=model,
             affinity=affinity_key(session_id, request.user, body["messages"]),
             tenant=tenant,
+            session=session_id or request.user,
+            budget=budget,
         )
 
     async def complete(self, call: ChatCall) -> ChatAnswer:
-        """Answer one chat call (the branch point for modes other than pass-through)."""
+        """Answer one chat call: feed back real results, then rehearse or pass through."""
+        learned: list[dict[str, Any]] = []
+        if self.feedback is not None:
+            learned = await self.feedback.collect(call.tenant, call.body["messages"])
+        if call.budget is not None and self.rehearsal is not None:
+            return await self.rehearsal.answer(call, call.budget, learned)
         if call.stream:
             return await self.passthrough_stream(call)
         return JsonAnswer(await self.passthrough(call))
 
     async def passthrough(self, call: ChatCall, role: Role = "act") -> bytes:
         """Send the client's request to one engine; retry on another for retryable failures."""
+        return await self.call_engine(
+            call.payload, role=role, model=call.model, affinity=call.affinity, label=PASSTHROUGH
+        )
+
+    async def passthrough_stream(self, call: ChatCall, role: Role = "act") -> StreamAnswer:
+        """Open a stream on one engine, retrying elsewhere until its first chunk arrives."""
+        return await self.open_engine_stream(
+            call.payload, role=role, model=call.model, affinity=call.affinity, label=PASSTHROUGH
+        )
+
+    async def call_engine(
+        self, payload: bytes, *, role: Role, model: str | None, affinity: bytes, label: str
+    ) -> bytes:
+        """One non-streamed engine call for ``role``; retried elsewhere when that is safe."""
         tried: set[str] = set()
         while True:
-            engine = await self.pool.acquire(role, call.model, call.affinity, frozenset(tried))
+            engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
             try:
-                return await self.engines.chat(engine, call.payload, PASSTHROUGH)
+                return await self.engines.chat(engine, payload, label)
             except EngineError as exc:
                 self._after_failure(engine, exc, tried)
             finally:
                 self.pool.release(engine)
 
-    async def passthrough_stream(self, call: ChatCall, role: Role = "act") -> StreamAnswer:
-        """Open a stream on one engine, retrying elsewhere until its first chunk arrives."""
+    async def open_engine_stream(
+        self, payload: bytes, *, role: Role, model: str | None, affinity: bytes, label: str
+    ) -> StreamAnswer:
+        """A streamed engine call whose first chunk has arrived; retried elsewhere before it."""
         tried: set[str] = set()
         while True:
-            engine = await self.pool.acquire(role, call.model, call.affinity, frozenset(tried))
+            engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
             try:
-                stream = await self.engines.open_stream(engine, call.payload, PASSTHROUGH)
+                stream = await self.engines.open_stream(engine, payload, label)
             except EngineError as exc:
                 self.pool.release(engine)
                 self._after_failure(engine, exc, tried)
@@ -222,11 +283,20 @@ class EnginesReady:
 
 
 async def readiness(checks: list[ReadinessCheck]) -> tuple[bool, dict[str, Any]]:
-    """Run every check; the overall verdict and a JSON-able report."""
+    """Run every check; the overall verdict and a JSON-able report.
+
+    A check may declare ``critical = False`` (the store): when it fails, the gateway still serves
+    (rehearsal without memory), so it stays ready and reports itself ``degraded``.
+    """
     report: dict[str, Any] = {}
-    ready = True
+    ready, degraded = True, False
     for item in checks:
         result = await item.check()
-        ready = ready and result.ok
+        if not result.ok:
+            if getattr(item, "critical", True):
+                ready = False
+            else:
+                degraded = True
         report[item.name] = {"ok": result.ok, "detail": result.detail}
-    return ready, {"status": "ready" if ready else "not_ready", "checks": report}
+    status = "not_ready" if not ready else "degraded" if degraded else "ready"
+    return ready, {"status": status, "checks": report}

@@ -101,8 +101,35 @@ class GatewaySettings(BaseSettings):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
 
-    # The store (used by rehearsal); None means the in-process store.
+    # The store (used by rehearsal); None means the in-process store (one process only).
     redis_url: SecretStr | None = None
+    redis_prefix: str = Field(default="rgw:", min_length=1)
+    redis_timeout: float = Field(default=0.25, gt=0, le=10)
+    trace_ttl_s: int = Field(default=24 * 3600, ge=1)
+    pending_ttl_s: int = Field(default=3600, ge=1)
+    memory_ttl_s: int = Field(default=6 * 3600, ge=1)
+    grounding_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+    memory_max_entries: int = Field(default=32, ge=1)
+    grounding_max_per_tool: int = Field(default=16, ge=1)
+
+    # Rehearsal defaults: what a request gets when it sets no knob (body > headers > these).
+    # Off by default so that the gateway is a drop-in until a client or operator asks for more.
+    rehearsal_mode: Literal["off", "parallel", "sequential"] = "off"
+    rehearsal_budget: int = Field(default=4, ge=0)
+    rehearsal_depth: int = Field(default=1, ge=1)
+    rehearsal_commit: Literal["reflect", "select"] = "reflect"
+    rehearsal_deadline_ms: int = Field(default=20_000, ge=1)
+    rehearsal_temperature: float = Field(default=0.6, ge=0)
+    rehearsal_top_p: float = Field(default=0.95, gt=0, le=1)
+    rehearsal_early_exit: bool = True
+    # Caps: a request beyond them is a 400 naming the knob, never clamped.
+    max_budget: int = Field(default=8, ge=1, le=64)
+    max_depth: int = Field(default=4, ge=1, le=16)
+    max_deadline_ms: int = Field(default=120_000, ge=1)
+    # The rehearsal role's system instruction (DESIGN §2); a file replaces ours, e.g. upstream's.
+    simulator_prompt_file: str | None = None
+    memory_note_tokens: int = Field(default=600, ge=64)
+    grounding_examples: int = Field(default=3, ge=0, le=16)
 
     # Prometheus multiprocess directory, required when workers > 1.
     metrics_dir: str | None = None

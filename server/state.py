@@ -15,12 +15,15 @@ from starlette.requests import Request
 from server.auth import DEFAULT_TENANT, TENANT_STATE_KEY, ApiKeyRing
 from server.engines import EnginePool
 from server.metrics import GatewayMetrics
+from server.rehearse import RehearsalService
 from server.service import ChatService, ReadinessCheck
 from server.settings import GatewaySettings
+from server.store import RehearsalStore
 from server.upstream import EngineClient
 
 STATE_KEY = "gateway"
 MODE_STATE_KEY = "mode"
+OUTCOME_STATE_KEY = "outcome"  # set by a route when the status alone does not tell (degraded)
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,6 +37,8 @@ class GatewayState:
     pool: EnginePool
     engines: EngineClient
     chat: ChatService
+    store: RehearsalStore
+    rehearsal: RehearsalService
     checks: list[ReadinessCheck] = field(default_factory=list)
 
 

@@ -4,32 +4,29 @@ Two implementations share one async interface. ``RedisStore`` is what production
 use (redis-py asyncio, bounded timeouts, JSON values); ``InProcessStore`` is the embedded default
 when no Redis URL is configured — it works for one process only, which the server says at start.
 
-Every failure of the backing server is translated once, here, into ``StoreUnavailable``; callers
+Every failure of the backing server is translated once, here, into ``StoreUnavailable`` (in the
+server's error tree, ``server/errors.py``); callers
 degrade (rehearsal without memory) rather than fail the request. Key names and lifetimes come
 from ``server.keys`` and nowhere else.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import OrderedDict
-from typing import Any, Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from server.errors import StoreUnavailable
 from server.keys import Keys, Lifetimes, args_hash
+from server.waits import waiting
 
 JSONObject = dict[str, Any]
-
-
-class StoreUnavailable(Exception):
-    """The store could not be reached or answered too slowly; the caller should degrade."""
-
-    def __init__(self, op: str, detail: str) -> None:
-        super().__init__(f"store {op} failed: {detail}")
-        self.op = op
 
 
 class RehearsalStore(Protocol):
@@ -51,6 +48,21 @@ class RehearsalStore(Protocol):
     async def grounding(
         self, tenant: str, tool: str, canonical_args: str, limit: int
     ) -> list[JSONObject]: ...
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _waited(method: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Count a Redis round trip as time the request spent waiting (not gateway overhead)."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with waiting():
+            return await method(*args, **kwargs)
+
+    return wrapper
 
 
 def _dumps(value: JSONObject) -> bytes:
@@ -89,6 +101,7 @@ class RedisStore:
             health_check_interval=30,
         )
 
+    @_waited
     async def ping(self) -> None:
         try:
             await self._redis.ping()
@@ -98,6 +111,7 @@ class RedisStore:
     async def close(self) -> None:
         await self._redis.aclose()
 
+    @_waited
     async def save_trace(self, tenant: str, rehearsal_id: str, trace: JSONObject) -> None:
         key = self.keys.trace(tenant, rehearsal_id)
         try:
@@ -105,6 +119,7 @@ class RedisStore:
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("save_trace", type(exc).__name__) from exc
 
+    @_waited
     async def load_trace(self, tenant: str, rehearsal_id: str) -> JSONObject | None:
         try:
             raw = await self._redis.get(self.keys.trace(tenant, rehearsal_id))
@@ -112,6 +127,7 @@ class RedisStore:
             raise StoreUnavailable("load_trace", type(exc).__name__) from exc
         return _loads(raw)
 
+    @_waited
     async def save_pending(self, tool_call_id: str, record: JSONObject) -> None:
         key = self.keys.pending(tool_call_id)
         try:
@@ -119,6 +135,7 @@ class RedisStore:
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("save_pending", type(exc).__name__) from exc
 
+    @_waited
     async def take_pending(self, tool_call_id: str) -> JSONObject | None:
         # GETDEL is atomic: when replicas race on one tool result, exactly one records it.
         try:
@@ -127,6 +144,7 @@ class RedisStore:
             raise StoreUnavailable("take_pending", type(exc).__name__) from exc
         return _loads(raw)
 
+    @_waited
     async def append_memory(self, tenant: str, session: str, entries: list[JSONObject]) -> None:
         if not entries:
             return
@@ -140,6 +158,7 @@ class RedisStore:
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("append_memory", type(exc).__name__) from exc
 
+    @_waited
     async def recent_memory(self, tenant: str, session: str, limit: int) -> list[JSONObject]:
         try:
             raws = await self._redis.lrange(self.keys.memory(tenant, session), 0, limit - 1)
@@ -147,6 +166,7 @@ class RedisStore:
             raise StoreUnavailable("recent_memory", type(exc).__name__) from exc
         return [entry for raw in raws if (entry := _loads(raw)) is not None]
 
+    @_waited
     async def save_grounding(
         self, tenant: str, tool: str, canonical_args: str, observation: JSONObject
     ) -> None:
@@ -165,6 +185,7 @@ class RedisStore:
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("save_grounding", type(exc).__name__) from exc
 
+    @_waited
     async def grounding(
         self, tenant: str, tool: str, canonical_args: str, limit: int
     ) -> list[JSONObject]:

@@ -27,6 +27,7 @@ from server.errors import (
     EngineUnavailable,
 )
 from server.metrics import GatewayMetrics
+from server.waits import waiting
 
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -85,7 +86,11 @@ class EngineStream:
     async def rest(self) -> AsyncIterator[bytes]:
         """The chunks after ``first``; a failure mid-stream raises an ``EngineError``."""
         try:
-            async for chunk in self.chunks:
+            while True:
+                with waiting():
+                    chunk = await anext(self.chunks, b"")
+                if not chunk:
+                    return
                 yield chunk
         except httpx.HTTPError as exc:
             error = translate(exc, self.engine)
@@ -118,9 +123,10 @@ class EngineClient:
         """One non-streamed chat completion; the engine's JSON bytes on 2xx."""
         started = time.perf_counter()
         try:
-            response = await self.http.post(
-                engine.base_url + "/chat/completions", content=payload, headers=JSON_HEADERS
-            )
+            with waiting():
+                response = await self.http.post(
+                    engine.base_url + "/chat/completions", content=payload, headers=JSON_HEADERS
+                )
         except httpx.HTTPError as exc:
             raise self._fail(engine, translate(exc, engine)) from exc
         self.metrics.observe_engine_call(engine.name, role, time.perf_counter() - started)
@@ -139,7 +145,8 @@ class EngineClient:
             "POST", engine.base_url + "/chat/completions", content=payload, headers=JSON_HEADERS
         )
         try:
-            response = await self.http.send(request, stream=True)
+            with waiting():
+                response = await self.http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise self._fail(engine, translate(exc, engine)) from exc
         try:
@@ -147,7 +154,8 @@ class EngineClient:
                 body = await response.aread()
                 raise self._fail(engine, from_status(response.status_code, body, engine))
             chunks = response.aiter_raw()
-            first = await anext(chunks, b"")
+            with waiting():
+                first = await anext(chunks, b"")
             if not first:
                 raise self._fail(engine, EngineFailed(f"engine {engine.name} sent an empty stream"))
         except httpx.HTTPError as exc:

@@ -83,7 +83,8 @@ def test_recorders_and_exposition() -> None:
 def test_workers_share_one_exposition(start_twin, start_gateway) -> None:
     """With ``--workers 2`` every worker's counts appear, merged, in any worker's ``/metrics``."""
     twin = start_twin("--seed", "1")
-    gateway = start_gateway(twin.url + "/v1", args=("--workers", "2"))
+    redis_env = {"RGW_REDIS_URL": "redis://127.0.0.1:6379/0", "RGW_REDIS_PREFIX": "rgwtest-wk:"}
+    gateway = start_gateway(twin.url + "/v1", args=("--workers", "2"), env=redis_env)
     body = {"model": "EnvACE-Qwen3-8B", "messages": [{"role": "user", "content": "hi"}]}
     for _ in range(6):
         # A new connection each time, so both workers take some of the requests.
@@ -91,3 +92,15 @@ def test_workers_share_one_exposition(start_twin, start_gateway) -> None:
     line = 'rehearsal_gateway_requests_total{mode="passthrough",outcome="ok"}'
     for _ in range(4):
         assert f"{line} 6.0" in httpx.get(gateway.url + "/metrics").text
+
+
+def test_workers_without_redis_refuse_to_start(tmp_path) -> None:
+    """``--workers 2`` with the in-process store exits with a clear message instead of serving."""
+    import subprocess
+
+    from tests.support.procs import cli_argv
+
+    argv = cli_argv("serve", "--port", "1", "--workers", "2")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "--workers > 1 needs --redis" in done.stderr

@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from server.errors import StoreUnavailable
 from server.keys import Keys, Lifetimes
-from server.store import InProcessStore, RedisStore, RehearsalStore, StoreUnavailable
+from server.store import InProcessStore, RedisStore, RehearsalStore
 from tests.support.procs import free_port
 
 REDIS_URL = "redis://127.0.0.1:6379/0"

@@ -1,0 +1,146 @@
+"""The committed turn on the wire: ids we mint, the ChatCompletion body, and its stream chunks.
+
+A rehearsed request is answered by the gateway, not relayed from one engine, so the gateway writes
+the OpenAI shapes itself. They are plain dicts serialised with orjson, in the OpenAI field order,
+because the SDKs (and people reading a capture) expect that order.
+
+Tool-call ids are minted here (``call_`` + 24 base62 characters): it is how a later request's
+``tool`` message is recognised as the real result of a call this gateway committed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from rehearsal.messages import AssistantTurn, ToolCall, Usage
+
+TOOL_CALL_PREFIX = "call_"
+_BASE62 = string.digits + string.ascii_letters
+ARGUMENT_PIECES = 4  # a streamed tool call's arguments arrive in about this many fragments
+
+
+def mint_tool_call_id() -> str:
+    return TOOL_CALL_PREFIX + "".join(secrets.choice(_BASE62) for _ in range(24))
+
+
+def mint_rehearsal_id() -> str:
+    return "rh_" + secrets.token_hex(12)
+
+
+def mint_completion_id() -> str:
+    return "chatcmpl-" + secrets.token_hex(16)
+
+
+def with_minted_ids(turn: AssistantTurn) -> AssistantTurn:
+    """The turn with every tool call renamed to a gateway-minted id."""
+    calls = tuple(replace(call, id=mint_tool_call_id()) for call in turn.tool_calls)
+    return replace(turn, tool_calls=calls)
+
+
+def finish_reason(turn: AssistantTurn) -> str:
+    if turn.tool_calls:
+        return "tool_calls"
+    return turn.finish_reason or "stop"
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt,
+        "total_tokens": usage.prompt + usage.completion,
+        "completion_tokens": usage.completion,
+        "prompt_tokens_details": {"cached_tokens": usage.cached},
+    }
+
+
+def message_body(turn: AssistantTurn) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+    if turn.reasoning is not None:
+        message["reasoning"] = turn.reasoning
+        message["reasoning_content"] = turn.reasoning  # older clients read this name
+    message["tool_calls"] = [call.to_openai() for call in turn.tool_calls]
+    return message
+
+
+def completion_body(
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    turn: AssistantTurn,
+    usage: Usage,
+    rehearsal: dict[str, Any],
+) -> dict[str, Any]:
+    """A non-streamed ChatCompletion for the committed turn, with our ``rehearsal`` object."""
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message_body(turn),
+                "logprobs": None,
+                "finish_reason": finish_reason(turn),
+            }
+        ],
+        "usage": usage_body(usage),
+        "rehearsal": rehearsal,
+    }
+
+
+class ChunkWriter:
+    """Builds ``chat.completion.chunk`` objects for one streamed answer."""
+
+    def __init__(self, completion_id: str, model: str, created: int | None = None) -> None:
+        self.completion_id = completion_id
+        self.model = model
+        self.created = created if created is not None else int(time.time())
+
+    def chunk(
+        self, delta: dict[str, Any], finish: str | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            **extra,
+        }
+
+    def usage_chunk(self, usage: Usage, **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage_body(usage),
+            **extra,
+        }
+
+    def turn_chunks(self, turn: AssistantTurn) -> Iterator[dict[str, Any]]:
+        """The committed turn as vLLM would stream it: role, thinking, text, tool-call pieces."""
+        yield self.chunk({"role": "assistant", "content": ""})
+        if turn.reasoning:
+            yield self.chunk({"reasoning": turn.reasoning, "reasoning_content": turn.reasoning})
+        if turn.content:
+            yield self.chunk({"content": turn.content})
+        for index, call in enumerate(turn.tool_calls):
+            yield from self._tool_call_chunks(index, call)
+        yield self.chunk({}, finish_reason(turn))
+
+    def _tool_call_chunks(self, index: int, call: ToolCall) -> Iterator[dict[str, Any]]:
+        head = {"index": index, "id": call.id, "type": "function"}
+        yield self.chunk({"tool_calls": [{**head, "function": {"name": call.name}}]})
+        arguments = call.arguments
+        step = max(1, -(-len(arguments) // ARGUMENT_PIECES))
+        for start in range(0, len(arguments), step):
+            piece = {"index": index, "function": {"arguments": arguments[start : start + step]}}
+            yield self.chunk({"tool_calls": [piece]})

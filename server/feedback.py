@@ -1,0 +1,147 @@
+"""The real-result feedback loop: what a client's tool results teach the gateway.
+
+When the gateway commits a tool call it mints the call's id and keeps, under that id, what it had
+imagined the call would return (``pending``). When a later request carries a ``tool`` message
+answering such an id, ``Feedback.collect`` takes the pending record (atomically, so two replicas
+never both count it) and records:
+
+- **fidelity** — ``rehearsal.fidelity`` between the imagined and the real result (only when the
+  committed action had been rehearsed);
+- **real tool-call latency** — from our response to the arrival of the result (wall clock, so a
+  replica other than the one that answered can measure it);
+- **grounding** — the real result, which later rehearsals of the same tool by the same tenant
+  receive as few-shot examples;
+- **session memory** — the real outcome (a tool error is remembered as an action to avoid);
+- the rehearsal's stored **trace**, extended with this feedback.
+
+Tool messages answering ids we did not mint are none of our business: they pass through untouched.
+Store failures are counted and skipped — feedback is never worth failing a request for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rehearsal.fidelity import fidelity, parse_observation
+from rehearsal.memory import MemoryEntry
+from rehearsal.messages import canonical_json
+from server.committed import TOOL_CALL_PREFIX
+from server.errors import StoreUnavailable
+from server.metrics import GatewayMetrics
+from server.store import RehearsalStore
+
+
+def pending_record(
+    *,
+    tenant: str,
+    session: str | None,
+    rehearsal_id: str,
+    tool: str,
+    arguments: Any,
+    imagined: Any,
+    imagined_outcome: str | None,
+) -> dict[str, Any]:
+    """What is kept under a minted tool-call id until its real result arrives."""
+    return {
+        "tenant": tenant,
+        "session": session,
+        "rehearsal_id": rehearsal_id,
+        "tool": tool,
+        "arguments": arguments,
+        "imagined": imagined,
+        "imagined_outcome": imagined_outcome,
+        "sent_at": time.time(),
+    }
+
+
+def answered_ids(messages: Sequence[Any]) -> list[tuple[str, Any]]:
+    """(tool_call_id, content) of the trailing tool messages that answer ids we minted."""
+    found: list[tuple[str, Any]] = []
+    for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") != "tool":
+            break
+        call_id = message.get("tool_call_id")
+        if isinstance(call_id, str) and call_id.startswith(TOOL_CALL_PREFIX):
+            found.append((call_id, message.get("content")))
+    found.reverse()
+    return found
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: keep the text ones
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+class Feedback:
+    """Matches real tool results to the imagined ones and records what they show."""
+
+    def __init__(self, store: RehearsalStore, metrics: GatewayMetrics) -> None:
+        self.store = store
+        self.metrics = metrics
+
+    async def collect(self, tenant: str, messages: Sequence[Any]) -> list[dict[str, Any]]:
+        """Record every new real result in ``messages``; one summary per matched call."""
+        recorded: list[dict[str, Any]] = []
+        for call_id, content in answered_ids(messages):
+            try:
+                record = await self.store.take_pending(call_id)
+            except StoreUnavailable as exc:
+                self.metrics.store_error(exc.op)
+                continue
+            if record is None or record.get("tenant") != tenant:
+                continue
+            recorded.append(await self._record(tenant, call_id, record, content))
+        return recorded
+
+    async def _record(
+        self, tenant: str, call_id: str, record: dict[str, Any], content: Any
+    ) -> dict[str, Any]:
+        real = parse_observation(_content_text(content))
+        real_s = max(0.0, time.time() - float(record.get("sent_at") or time.time()))
+        imagined, outcome = record.get("imagined"), record.get("imagined_outcome")
+        score = fidelity(imagined, real) if outcome is not None else None
+        self.metrics.observe_real_tool_call(real_s)
+        if score is not None:
+            self.metrics.observe_fidelity(score, outcome or "none")
+        summary = {
+            "tool_call_id": call_id,
+            "rehearsal_id": record.get("rehearsal_id"),
+            "tool": record.get("tool"),
+            "fidelity": score,
+            "imagined_outcome": outcome,
+            "real_ms": round(real_s * 1000.0, 3),
+        }
+        await self._remember(tenant, record, real, summary)
+        return summary
+
+    async def _remember(
+        self, tenant: str, record: dict[str, Any], real: Any, summary: dict[str, Any]
+    ) -> None:
+        tool, arguments = str(record.get("tool")), record.get("arguments")
+        canonical_args = canonical_json(arguments)
+        failed = isinstance(real, dict) and "error" in real
+        entry = MemoryEntry(
+            outcome="error" if failed else "ok",
+            score=0.0 if failed else 1.0,
+            actions=(f"{tool} {canonical_args}",),
+            imagined=canonical_json(real),
+        )
+        session, rehearsal_id = record.get("session"), record.get("rehearsal_id")
+        try:
+            await self.store.save_grounding(
+                tenant, tool, canonical_args, {"name": tool, "arguments": arguments, "result": real}
+            )
+            if isinstance(session, str):
+                await self.store.append_memory(tenant, session, [entry.to_dict()])
+            if isinstance(rehearsal_id, str):
+                trace = await self.store.load_trace(tenant, rehearsal_id)
+                if trace is not None:
+                    trace.setdefault("feedback", []).append({**summary, "real_result": real})
+                    await self.store.save_trace(tenant, rehearsal_id, trace)
+        except StoreUnavailable as exc:
+            self.metrics.store_error(exc.op)

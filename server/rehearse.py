@@ -1,0 +1,264 @@
+"""Rehearsed chat completions: the gateway's main job (DESIGN §4–§7).
+
+``RehearsalService`` takes a validated chat call whose budget asks for rehearsal, runs the pure
+core's planner against the engines (``EngineGenerator``) and the store, and turns the result into
+an OpenAI answer: one committed turn with gateway-minted tool-call ids, a ``rehearsal`` summary,
+``usage`` counting every token spent, and the ``X-Rehearsal-Id`` / ``X-Rehearsal-Ms`` headers. It
+keeps what was imagined — the trace by rehearsal id, and per committed call the imagined
+observation that the real result will later be compared with.
+
+Streamed answers are run by ``RehearsalStream`` (``server/rehearse_stream.py``) inside the
+response; both paths share ``Rehearsal`` below, so the committed turn and what is stored are the
+same either way.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from rehearsal.budget import Budget, BudgetCaps, resolve_budget
+from rehearsal.context import PlannerSettings, RehearsalRequest
+from rehearsal.errors import BudgetError, GeneratorError
+from rehearsal.messages import AssistantTurn
+from rehearsal.planner import Planner
+from rehearsal.trace import ImaginedObservation, RehearsalResult
+from server.committed import (
+    completion_body,
+    mint_completion_id,
+    mint_rehearsal_id,
+    with_minted_ids,
+)
+from server.engine_port import EngineGenerator, LiveCommit
+from server.errors import EngineError, EngineFailed, InvalidRequest, NotFound, StoreUnavailable
+from server.feedback import pending_record
+from server.metrics import GatewayMetrics
+from server.service import JsonAnswer, RehearsedStream
+from server.store import RehearsalStore
+
+if TYPE_CHECKING:
+    from server.service import ChatCall, ChatService
+
+# Request fields the planner handles itself; everything else reaches the acting calls untouched.
+_OWN_FIELDS = frozenset(
+    (
+        "model", "messages", "tools", "n", "temperature", "top_p", "max_tokens",
+        "max_completion_tokens", "seed", "stream", "stream_options", "rehearsal", "user",
+        "metadata", "store", "logprobs", "top_logprobs",
+    )
+)  # fmt: skip
+
+
+def resolve_knobs(
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+    *,
+    defaults: Budget,
+    caps: BudgetCaps,
+) -> Budget | None:
+    """The request's budget when rehearsal applies to it, else ``None`` (pass-through).
+
+    Knobs are validated whether or not rehearsal then applies, so a typo is always a 400.
+    """
+    try:
+        budget = resolve_budget(body.get("rehearsal"), headers, defaults=defaults, caps=caps)
+    except BudgetError as exc:
+        raise InvalidRequest(str(exc), param=exc.param) from None
+    if not budget.active or not body.get("tools") or body.get("tool_choice") == "none":
+        return None
+    n = body.get("n")
+    if isinstance(n, int) and n > 1:
+        message = "n > 1 cannot be combined with rehearsal (it commits one turn)"
+        raise InvalidRequest(message, param="n")
+    if budget.mode == "parallel" and budget.budget > 1 and budget.temperature == 0:
+        # K samples at temperature 0 are K copies, and vLLM refuses n > 1 with greedy sampling.
+        raise InvalidRequest(
+            "parallel rehearsal with budget > 1 needs a temperature above 0",
+            param="rehearsal.temperature",
+        )
+    return budget
+
+
+def _rehearsal_request(call: ChatCall, session: str) -> RehearsalRequest:
+    body = call.body
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    return RehearsalRequest(
+        messages=tuple(body["messages"]),
+        tools=tuple(body["tools"]),
+        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+        temperature=body.get("temperature"),
+        top_p=body.get("top_p"),
+        seed=body.get("seed"),
+        extra={k: v for k, v in body.items() if k not in _OWN_FIELDS},
+        tenant=call.tenant,
+        session=session,
+    )
+
+
+def _imagined_for(result: RehearsalResult, signature: str) -> ImaginedObservation | None:
+    """What rehearsal imagined for a committed call (its first-step observation), if anything."""
+    for trajectory in result.trajectories:
+        for observation in trajectory.steps[0].observations if trajectory.steps else ():
+            if observation.call.signature == signature:
+                return observation
+    return None
+
+
+@dataclass
+class Rehearsal:
+    """One rehearsed request in flight: its ids, its planner run, and what it stores."""
+
+    service: RehearsalService
+    call: ChatCall
+    budget: Budget
+    feedback: list[dict[str, Any]]
+    rehearsal_id: str = field(default_factory=mint_rehearsal_id)
+    completion_id: str = field(default_factory=mint_completion_id)
+    created: int = field(default_factory=lambda: int(time.time()))
+    imagined_done: int = 0
+    store_faults: list[str] = field(default_factory=list)
+
+    @property
+    def session(self) -> str:
+        return self.call.session or self.call.affinity.hex()
+
+    @property
+    def model(self) -> str:
+        return self.call.request.model or self.call.model or "unknown"
+
+    def generator(self, live: LiveCommit | None = None) -> EngineGenerator:
+        return EngineGenerator(
+            self.service.chat,
+            model=self.call.model,
+            affinity=self.call.affinity,
+            on_call=self._on_call,
+            live=live,
+        )
+
+    def _on_call(self, role: str, seconds: float) -> None:
+        if role == "rehearse":
+            self.imagined_done += 1
+            self.service.metrics.observe_imagined(seconds)
+
+    async def run(self, live: LiveCommit | None = None) -> RehearsalResult:
+        """The planner's run; an engine failure on every acting call is the engine's error."""
+        planner = Planner(self.generator(live), self.service.store, self.service.planner)
+        seed = self.call.body.get("seed")
+        rng = random.Random(seed if isinstance(seed, int) else secrets.randbits(64))
+        try:
+            return await planner.run(
+                _rehearsal_request(self.call, self.session), self.budget, rng=rng
+            )
+        except GeneratorError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, EngineError):
+                raise cause from None
+            raise EngineFailed(f"no engine produced a usable answer ({exc})") from None
+
+    async def settle(self, result: RehearsalResult, turn: AssistantTurn) -> dict[str, Any]:
+        """Keep the trace and the pending observations; the response's ``rehearsal`` object."""
+        tenant = self.call.tenant
+        summary: dict[str, Any] = {"id": self.rehearsal_id, **result.summary()}
+        trace = {
+            **result.to_dict(),
+            "id": self.rehearsal_id,
+            "model": self.model,
+            "created": self.created,
+            "committed": turn.to_dict(),
+            "feedback_in": self.feedback,
+        }
+        try:
+            for tool_call in turn.tool_calls:
+                seen = _imagined_for(result, tool_call.signature)
+                record = pending_record(
+                    tenant=tenant, session=self.session, rehearsal_id=self.rehearsal_id,
+                    tool=tool_call.name, arguments=tool_call.parsed_arguments,
+                    imagined=None if seen is None else seen.result,
+                    imagined_outcome=None if seen is None else seen.outcome,
+                )  # fmt: skip
+                await self.service.store.save_pending(tool_call.id, record)
+            await self.service.store.save_trace(tenant, self.rehearsal_id, trace)
+        except StoreUnavailable as exc:
+            self.service.metrics.store_error(exc.op)
+            self.store_faults.append(exc.op)
+        if summary["degraded"] is None and (
+            self.store_faults or "store_error" in str(result.faults)
+        ):
+            summary["degraded"] = "store_unavailable"
+        summary["feedback"] = self.feedback
+        if self.budget.trace:
+            summary["trace"] = trace["trace"]
+            summary["candidates"] = trace["candidates"]
+        self.service.metrics.observe_rehearsal(result, summary["degraded"])
+        return summary
+
+    def headers(self, result: RehearsalResult) -> dict[str, str]:
+        return {
+            "x-rehearsal-id": self.rehearsal_id,
+            "x-rehearsal-ms": f"{result.timings.total:.1f}",
+        }
+
+
+class RehearsalService:
+    """Runs rehearsals for the chat service; owns the knobs' defaults, caps and planner settings."""
+
+    def __init__(
+        self,
+        chat: ChatService,
+        store: RehearsalStore,
+        metrics: GatewayMetrics,
+        *,
+        defaults: Budget,
+        caps: BudgetCaps,
+        planner: PlannerSettings,
+    ) -> None:
+        self.chat = chat
+        self.store = store
+        self.metrics = metrics
+        self.defaults = defaults
+        self.caps = caps
+        self.planner = planner
+
+    async def trace(self, tenant: str, rehearsal_id: str) -> dict[str, Any]:
+        """A stored trace of ``tenant``; 404 when unknown, expired or another tenant's."""
+        trace = await self.store.load_trace(tenant, rehearsal_id)
+        if trace is None:
+            raise NotFound(f"no rehearsal {rehearsal_id!r} (unknown, expired, or not yours)")
+        return trace
+
+    def budget_for(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> Budget | None:
+        """The call's budget when it is to be rehearsed (400 on a bad knob), else ``None``."""
+        return resolve_knobs(body, headers, defaults=self.defaults, caps=self.caps)
+
+    async def answer(
+        self, call: ChatCall, budget: Budget, feedback: list[dict[str, Any]]
+    ) -> JsonAnswer | RehearsedStream:
+        """Rehearse ``call``: a whole JSON answer, or a stream to run inside the response."""
+        rehearsal = Rehearsal(self, call, budget, feedback)
+        if call.stream:
+            options = call.body.get("stream_options")
+            include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            return RehearsedStream(rehearsal, include_usage)
+        result = await rehearsal.run()
+        turn = with_minted_ids(result.turn)
+        summary = await rehearsal.settle(result, turn)
+        body = completion_body(
+            completion_id=rehearsal.completion_id,
+            created=rehearsal.created,
+            model=rehearsal.model,
+            turn=turn,
+            usage=result.usage,
+            rehearsal=summary,
+        )
+        return JsonAnswer(
+            orjson.dumps(body),
+            mode=budget.mode,
+            headers=rehearsal.headers(result),
+            outcome="degraded" if summary["degraded"] else None,
+        )

@@ -1,0 +1,123 @@
+"""The streamed rehearsed answer: progress comments, then the committed turn as real chunks.
+
+While the planner runs, the client sees SSE comment lines (``: rehearsing 2/4``) — one as soon as
+the request is accepted, one per imagined observation, and a keep-alive when nothing else happened
+for a while — so proxies keep the connection open and a person watching sees progress. Then:
+
+- with ``commit: reflect`` the final acting call is streamed live from the engine (``LiveCommit``),
+  its chunks relayed as they arrive, with our completion id, model name and minted tool-call ids;
+- otherwise the committed turn is written as vLLM would stream it (``ChunkWriter.turn_chunks``);
+
+and finally the usage chunk (all tokens, when ``stream_options.include_usage``), a last chunk
+carrying the ``rehearsal`` summary, and ``data: [DONE]``. A client that disconnects cancels the
+planner, and with it every engine call of the rehearsal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from server.committed import ChunkWriter, with_minted_ids
+from server.engine_port import LiveCommit
+from server.errors import EngineFailed, GatewayError, sse_error_event
+from server.rehearse import Rehearsal
+from server.relay import SSE_HEADERS, ClientDisconnected, until_disconnect
+from server.state import OUTCOME_STATE_KEY
+
+KEEPALIVE_S = 2.0
+_END = object()
+
+
+def sse(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+class RehearsalStream(Response):
+    """An ASGI response that rehearses, then streams the committed turn."""
+
+    def __init__(self, rehearsal: Rehearsal, include_usage: bool) -> None:
+        # Response.__init__ is skipped on purpose: the body is produced while rehearsing.
+        self.rehearsal = rehearsal
+        self.include_usage = include_usage
+        self.status_code = 200
+        self.background = None
+        self.outcome = "ok"
+        self.writer = ChunkWriter(rehearsal.completion_id, rehearsal.model, rehearsal.created)
+        self.frames: asyncio.Queue[bytes | object] = asyncio.Queue()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [*SSE_HEADERS, (b"x-rehearsal-id", self.rehearsal.rehearsal_id.encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        try:
+            with contextlib.suppress(ClientDisconnected):
+                await until_disconnect(receive, self._serve(send))
+        finally:
+            scope.setdefault("state", {})[OUTCOME_STATE_KEY] = self.outcome
+
+    async def _serve(self, send: Send) -> None:
+        producer = asyncio.create_task(self._produce())
+        try:
+            await self._pump(send)
+        finally:
+            if not producer.done():
+                producer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await producer
+
+    async def _pump(self, send: Send) -> None:
+        budget = self.rehearsal.budget
+        expected = budget.budget * budget.depth
+        shown = -1
+        while True:
+            done = min(self.rehearsal.imagined_done, expected)
+            if done != shown:
+                shown = done
+                line = f": rehearsing {done}/{expected}\n\n".encode()
+                await send({"type": "http.response.body", "body": line, "more_body": True})
+            try:
+                frame = await asyncio.wait_for(self.frames.get(), timeout=KEEPALIVE_S)
+            except TimeoutError:
+                keepalive = b": keep-alive\n\n"
+                await send({"type": "http.response.body", "body": keepalive, "more_body": True})
+                continue
+            if frame is _END:
+                break
+            assert isinstance(frame, bytes)
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _emit_live(self, chunk: dict[str, Any]) -> None:
+        await self.frames.put(sse(chunk))
+
+    async def _produce(self) -> None:
+        """Run the rehearsal and queue every frame of the answer, ending with ``_END``."""
+        reflect = self.rehearsal.budget.commit == "reflect"
+        live = LiveCommit(self.writer, self._emit_live) if reflect else None
+        try:
+            result = await self.rehearsal.run(live)
+            if live is not None and live.started and not live.finished:
+                raise EngineFailed("the engine broke while streaming the committed turn")
+            already_sent = live is not None and live.finished
+            # A live commit minted its ids while streaming; anything else is minted now.
+            turn = result.turn if already_sent else with_minted_ids(result.turn)
+            summary = await self.rehearsal.settle(result, turn)
+            if not already_sent:
+                for chunk in self.writer.turn_chunks(turn):
+                    await self.frames.put(sse(chunk))
+            if self.include_usage:
+                await self.frames.put(sse(self.writer.usage_chunk(result.usage)))
+            closing = {**self.writer.chunk({}), "choices": [], "rehearsal": summary}
+            await self.frames.put(sse(closing))
+            await self.frames.put(b"data: [DONE]\n\n")
+            self.outcome = "degraded" if summary["degraded"] else "ok"
+        except GatewayError as exc:
+            self.outcome = "error"
+            await self.frames.put(sse_error_event(exc))
+        finally:
+            await self.frames.put(_END)
