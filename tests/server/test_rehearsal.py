@@ -157,7 +157,7 @@ def test_no_rehearsal_without_tools_or_with_tool_choice_none(stack: Stack) -> No
 
 
 def test_rehearsal_never_commits_a_vetoed_action_and_errs_less(stack: Stack) -> None:
-    """Across seeded first turns, ``select`` never commits a vetoed action, and errs less than off."""
+    """Over seeded first turns ``select`` never commits a vetoed action and errs less than off."""
     client = stack.sdk()
     errors = {"off": 0, "parallel": 0}
     for seed in (1, 2):
