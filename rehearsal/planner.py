@@ -26,7 +26,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rehearsal.budget import Budget
 from rehearsal.commit import select
@@ -148,7 +148,10 @@ class Planner:
 
     async def _commit(self, ctx: RehearsalContext) -> Decision:
         trajectories = [w.freeze() for w in ctx.walks]
-        if ctx.budget.commit == "reflect":
+        # ``select`` never commits an action rehearsal advised against: when every candidate
+        # went badly it falls back to one memory-guided acting call, as ``reflect`` would.
+        every_bad = all(t.avoided for t in trajectories)
+        if ctx.budget.commit == "reflect" or every_bad:
             entries = [entry_for(t) for t in trajectories] + _unseen(ctx.prior, trajectories)
             ctx.note = render_note(entries, ctx.settings.memory_tokens)
             messages = [*ctx.request.messages, note_message(ctx.note)]
@@ -158,7 +161,11 @@ class Planner:
             except GeneratorError as exc:
                 ctx.fault("engine_error", f"reflect: {exc}")
             else:
-                return _reflected(turns[0], trajectories)
+                decision = _reflected(turns[0], trajectories)
+                if ctx.budget.commit == "select":
+                    why = "select: every candidate rehearsed badly; committed after reflecting"
+                    return replace(decision, why=why)
+                return decision
         return _selected(trajectories)
 
     async def _salvage(self, ctx: RehearsalContext) -> Decision:

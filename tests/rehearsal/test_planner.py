@@ -76,15 +76,33 @@ async def test_vetoed_candidate_is_never_committed_under_select(rng: random.Rand
     assert len(engine.requests) == 3
 
 
-async def test_select_when_every_candidate_is_vetoed_still_commits(rng: random.Random) -> None:
-    """With nothing clean left, select still commits the most frequent action and says why."""
+async def test_select_when_every_candidate_is_vetoed_reflects_once(rng: random.Random) -> None:
+    """With nothing clean left, select makes one memory-guided call rather than commit a veto."""
     engine = ScriptedGenerator()
     engine.enqueue(acting(BAD_CANCEL, GET, BAD_CANCEL), role="act")
     engine.enqueue(veto("INVALID_PARAMETERS"), match=is_bad_cancel)
     engine.enqueue(imagined({"error": "no such order"}), match=about("get_order"))
+    engine.enqueue(acting(CANCEL), role="commit")
+    result = await run(engine, rng, budget=3, commit="select")
+    assert result.turn == CANCEL
+    assert "every candidate" in result.why
+    (commit,) = engine.by_role("commit")
+    assert commit.messages[-1]["content"] == result.memory_note
+
+
+async def test_select_when_every_candidate_is_vetoed_and_reflect_fails(
+    rng: random.Random,
+) -> None:
+    """If that commit call fails too, select still commits the least bad action and degrades."""
+    engine = ScriptedGenerator()
+    engine.enqueue(acting(BAD_CANCEL, GET, BAD_CANCEL), role="act")
+    engine.enqueue(veto("INVALID_PARAMETERS"), match=is_bad_cancel)
+    engine.enqueue(imagined({"error": "no such order"}), match=about("get_order"))
+    engine.enqueue(GeneratorError("engine down", role="commit"), role="commit")
     result = await run(engine, rng, budget=3, commit="select")
     assert result.turn == BAD_CANCEL
     assert "every candidate" in result.why
+    assert result.degraded == "engine_error"
 
 
 async def test_reflect_sends_the_memory_note_after_the_conversation(rng: random.Random) -> None:
