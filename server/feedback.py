@@ -89,11 +89,11 @@ class Feedback:
         recorded: list[dict[str, Any]] = []
         for call_id, content in answered_ids(messages):
             try:
-                record = await self.store.take_pending(call_id)
+                record = await self.store.take_pending(tenant, call_id)
             except StoreUnavailable as exc:
                 self.metrics.store_error(exc.op)
                 continue
-            if record is None or record.get("tenant") != tenant:
+            if record is None:  # not ours, expired, already recorded, or another tenant's
                 continue
             recorded.append(await self._record(tenant, call_id, record, content))
         return recorded

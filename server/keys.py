@@ -6,7 +6,7 @@ writes outlives its use. Tenant ids are already hashes (never API keys in clear)
 values never appear in a key: grounding is addressed by a hash of the canonical arguments.
 
     {prefix}trace:{tenant}:{rehearsal_id}         JSON trace of one rehearsal
-    {prefix}pending:{tool_call_id}                JSON imagined observation awaiting the real result
+    {prefix}pending:{tenant}:{tool_call_id}       JSON imagined observation awaiting the real result
     {prefix}memory:{tenant}:{session}             list of JSON memory entries, newest first, capped
     {prefix}ground:{tenant}:{tool}:{args_hash}    JSON real observation for exactly these arguments
     {prefix}ground-recent:{tenant}:{tool}         list of args hashes, newest first, capped
@@ -46,8 +46,8 @@ class Keys:
     def trace(self, tenant: str, rehearsal_id: str) -> str:
         return f"{self.prefix}trace:{tenant}:{rehearsal_id}"
 
-    def pending(self, tool_call_id: str) -> str:
-        return f"{self.prefix}pending:{tool_call_id}"
+    def pending(self, tenant: str, tool_call_id: str) -> str:
+        return f"{self.prefix}pending:{tenant}:{tool_call_id}"
 
     def memory(self, tenant: str, session: str) -> str:
         return f"{self.prefix}memory:{tenant}:{session}"

@@ -182,7 +182,7 @@ class Rehearsal:
                     imagined=None if seen is None else seen.result,
                     imagined_outcome=None if seen is None else seen.outcome,
                 )  # fmt: skip
-                await self.service.store.save_pending(tool_call.id, record)
+                await self.service.store.save_pending(tenant, tool_call.id, record)
             await self.service.store.save_trace(tenant, self.rehearsal_id, trace)
         except StoreUnavailable as exc:
             self.service.metrics.store_error(exc.op)

@@ -38,8 +38,8 @@ class RehearsalStore(Protocol):
     async def close(self) -> None: ...
     async def save_trace(self, tenant: str, rehearsal_id: str, trace: JSONObject) -> None: ...
     async def load_trace(self, tenant: str, rehearsal_id: str) -> JSONObject | None: ...
-    async def save_pending(self, tool_call_id: str, record: JSONObject) -> None: ...
-    async def take_pending(self, tool_call_id: str) -> JSONObject | None: ...
+    async def save_pending(self, tenant: str, tool_call_id: str, record: JSONObject) -> None: ...
+    async def take_pending(self, tenant: str, tool_call_id: str) -> JSONObject | None: ...
     async def append_memory(self, tenant: str, session: str, entries: list[JSONObject]) -> None: ...
     async def recent_memory(self, tenant: str, session: str, limit: int) -> list[JSONObject]: ...
     async def save_grounding(
@@ -128,18 +128,18 @@ class RedisStore:
         return _loads(raw)
 
     @_waited
-    async def save_pending(self, tool_call_id: str, record: JSONObject) -> None:
-        key = self.keys.pending(tool_call_id)
+    async def save_pending(self, tenant: str, tool_call_id: str, record: JSONObject) -> None:
+        key = self.keys.pending(tenant, tool_call_id)
         try:
             await self._redis.set(key, _dumps(record), ex=self.lifetimes.pending_s)
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("save_pending", type(exc).__name__) from exc
 
     @_waited
-    async def take_pending(self, tool_call_id: str) -> JSONObject | None:
+    async def take_pending(self, tenant: str, tool_call_id: str) -> JSONObject | None:
         # GETDEL is atomic: when replicas race on one tool result, exactly one records it.
         try:
-            raw = await self._redis.getdel(self.keys.pending(tool_call_id))
+            raw = await self._redis.getdel(self.keys.pending(tenant, tool_call_id))
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("take_pending", type(exc).__name__) from exc
         return _loads(raw)
@@ -242,11 +242,13 @@ class InProcessStore:
     async def load_trace(self, tenant: str, rehearsal_id: str) -> JSONObject | None:
         return _loads(self._get(self._keys.trace(tenant, rehearsal_id)))
 
-    async def save_pending(self, tool_call_id: str, record: JSONObject) -> None:
-        self._set(self._keys.pending(tool_call_id), _dumps(record), self.lifetimes.pending_s)
+    async def save_pending(self, tenant: str, tool_call_id: str, record: JSONObject) -> None:
+        self._set(
+            self._keys.pending(tenant, tool_call_id), _dumps(record), self.lifetimes.pending_s
+        )
 
-    async def take_pending(self, tool_call_id: str) -> JSONObject | None:
-        key = self._keys.pending(tool_call_id)
+    async def take_pending(self, tenant: str, tool_call_id: str) -> JSONObject | None:
+        key = self._keys.pending(tenant, tool_call_id)
         value = self._get(key)
         self._data.pop(key, None)
         return _loads(value)

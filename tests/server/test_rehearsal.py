@@ -55,8 +55,11 @@ def test_parallel_commits_one_call_and_matches_the_formula(stack: Stack) -> None
     trace = _trace(stack, summary["id"])
     assert len(trace["candidates"]) == 4
     distinct = summary["distinct_actions"]
-    assert trace["engine_calls"] == {"act": 1, "rehearse": distinct}
-    assert stack.twin_requests() - before == 1 + distinct
+    expected = {"act": 1, "rehearse": distinct}
+    if all(_avoided(t) for t in trace["trace"]):
+        expected["commit"] = 1  # select's fallback when every candidate went badly
+    assert trace["engine_calls"] == expected
+    assert stack.twin_requests() - before == sum(expected.values())
     usage = completion.usage
     assert usage is not None
     billed = sum(t["prompt"] + t["completion"] for t in summary["tokens"].values())
@@ -75,8 +78,11 @@ def test_sequential_commits_one_call_and_matches_the_formula(stack: Stack) -> No
     summary = rehearsal_of(completion)
     trace = _trace(stack, summary["id"])
     assert len(trace["candidates"]) == 3
-    assert trace["engine_calls"] == {"act": 3, "rehearse": 3}
-    assert stack.twin_requests() - before == 6
+    expected = {"act": 3, "rehearse": 3}
+    if all(_avoided(t) for t in trace["trace"]):
+        expected["commit"] = 1
+    assert trace["engine_calls"] == expected
+    assert stack.twin_requests() - before == sum(expected.values())
 
 
 def test_reflect_adds_exactly_one_commit_call(stack: Stack) -> None:
@@ -187,6 +193,11 @@ def _assert_not_vetoed(stack: Stack, completion: Any) -> None:
     chosen = trace["chosen_trajectory"]
     if chosen is not None:
         assert not str(trace["trace"][chosen]["outcome"]).startswith("veto"), trace["why"]
+
+
+def _avoided(trajectory: dict[str, Any]) -> bool:
+    kind = str(trajectory["outcome"]).split(":", 1)[0]
+    return kind in ("veto", "error", "unparsed") or trajectory["score"] < 0.5
 
 
 def _signature(name: str, arguments: str) -> str:

@@ -41,10 +41,14 @@ async def test_trace_round_trips_per_tenant(store: RehearsalStore) -> None:
 
 
 async def test_pending_is_taken_once(store: RehearsalStore) -> None:
-    """A pending observation is handed out exactly once, so racing replicas record it once."""
-    await store.save_pending("call_a", {"tool": "get_order", "imagined": {"ok": True}})
-    assert await store.take_pending("call_a") == {"tool": "get_order", "imagined": {"ok": True}}
-    assert await store.take_pending("call_a") is None
+    """A pending observation goes to its tenant exactly once, so racing replicas record it once."""
+    await store.save_pending("t", "call_a", {"tool": "get_order", "imagined": {"ok": True}})
+    assert await store.take_pending("other", "call_a") is None
+    assert await store.take_pending("t", "call_a") == {
+        "tool": "get_order",
+        "imagined": {"ok": True},
+    }
+    assert await store.take_pending("t", "call_a") is None
 
 
 async def test_memory_is_capped_newest_first(store: RehearsalStore) -> None:
@@ -74,7 +78,7 @@ async def test_every_redis_key_has_a_ttl() -> None:
     raw = aioredis.Redis.from_url(REDIS_URL)
     try:
         await store.save_trace("t", "rh", {"a": 1})
-        await store.save_pending("call", {"a": 1})
+        await store.save_pending("t", "call", {"a": 1})
         await store.append_memory("t", "s", [{"a": 1}])
         await store.save_grounding("t", "tool", "{}", {"a": 1})
         found = [key async for key in raw.scan_iter(match=keys.pattern())]

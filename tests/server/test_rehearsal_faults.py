@@ -1,0 +1,229 @@
+"""Rehearsal when things go wrong: engines failing or hanging, Redis stopping, clients leaving.
+
+Also the two properties that need a second engine or API keys: grounding reaches the next
+rehearsal's prompt, and tenants never see each other's grounding or traces.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.conftest import TWIN_MODEL, metric_value
+from tests.server.rehearsal_support import (
+    assistant_turn,
+    chat,
+    drop_prefix,
+    opening,
+    rehearsal_of,
+    run_committed,
+)
+from tests.server.test_disconnect import wait_for_running
+from tests.support.procs import free_port
+from twin.worlds import load_world
+
+WORLD = load_world("retail")
+KNOBS = {"mode": "parallel", "budget": 2, "commit": "select", "early_exit": False}
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A Redis key prefix of this test's own, dropped afterwards."""
+    value = f"rgwtest-{uuid.uuid4().hex[:8]}:"
+    yield value
+    drop_prefix(value)
+
+
+def _tool_message(call_id: str, result: object) -> dict[str, str]:
+    return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)}
+
+
+def _sdk(url: str, key: str = "unused"):  # type: ignore[no-untyped-def]
+    import openai
+
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def test_failing_rehearsal_engine_degrades_instead_of_failing(start_twin, start_double,
+                                                               start_gateway) -> None:  # fmt: skip
+    """Rehearsal calls answered with 500s: the request still commits a turn, marked degraded."""
+    twin = start_twin("--world", "retail", "--seed", "2")
+    broken = start_double("status:500", model=TWIN_MODEL)
+    gateway = start_gateway(twin.url + "/v1,roles=act", broken.url + "/v1,roles=rehearse")
+    completion = chat(_sdk(gateway.url), WORLD, opening(WORLD, WORLD.tasks[0]), seed=1, **KNOBS)
+    summary = rehearsal_of(completion)
+    assert summary["degraded"] == "engine_error"
+    assert completion.choices[0].message.tool_calls or completion.choices[0].message.content
+    assert metric_value(gateway.url, "rehearsal_gateway_degraded_total", reason="engine_error") == 1
+
+
+def test_hanging_rehearsal_engine_hits_the_deadline(start_twin, start_double,
+                                                    start_gateway) -> None:  # fmt: skip
+    """Rehearsal calls that never answer: the deadline commits from what is known."""
+    twin = start_twin("--world", "retail", "--seed", "2")
+    hung = start_double("hang", model=TWIN_MODEL)
+    gateway = start_gateway(twin.url + "/v1,roles=act", hung.url + "/v1,roles=rehearse")
+    started = time.monotonic()
+    completion = chat(_sdk(gateway.url), WORLD, opening(WORLD, WORLD.tasks[0]), seed=1,
+                      deadline_ms=400, **KNOBS)  # fmt: skip
+    assert time.monotonic() - started < 5
+    assert rehearsal_of(completion)["degraded"] == "deadline"
+    assert completion.choices[0].message.tool_calls
+    wait_for_running(hung.url, 0)  # the cancelled rehearsal calls left the engine
+
+
+def test_client_disconnect_cancels_every_rehearsal_call(start_twin, start_double,
+                                                        start_gateway) -> None:  # fmt: skip
+    """A client that leaves mid-rehearsal cancels the rehearsal's engine calls."""
+    twin = start_twin("--world", "retail", "--seed", "2")
+    hung = start_double("hang", model=TWIN_MODEL)
+    gateway = start_gateway(twin.url + "/v1,roles=act", hung.url + "/v1,roles=rehearse")
+    body = {"model": TWIN_MODEL, "messages": opening(WORLD, WORLD.tasks[0]),
+            "tools": WORLD.tool_schemas(), "seed": 1, "rehearsal": KNOBS}  # fmt: skip
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=1.5)
+    wait_for_running(hung.url, 0)
+    assert metric_value(gateway.url, "rehearsal_gateway_in_flight_requests") == 0
+
+
+def test_grounding_reaches_the_next_rehearsal_prompt(start_twin, start_double, start_gateway,
+                                                     prefix: str) -> None:  # fmt: skip
+    """A real result sent back is in the few-shot section of the next rehearsal of that tool."""
+    env = {"RGW_REDIS_URL": "redis://127.0.0.1:6379/0", "RGW_REDIS_PREFIX": prefix}
+    twin = start_twin("--world", "retail", "--seed", "2", "--skill", "1.0")
+    gateway = start_gateway(twin.url + "/v1", env=env)
+    task = WORLD.tasks[0]
+    messages = opening(WORLD, task)
+    first = chat(_sdk(gateway.url), WORLD, messages, seed=1, **KNOBS)
+    ((call_id, result),) = run_committed(WORLD, WORLD.new_state(task), first)
+    messages += [assistant_turn(first), _tool_message(call_id, result)]
+    chat(_sdk(gateway.url), WORLD, messages, seed=2, **KNOBS)
+    # A gateway whose rehearsal engine echoes its prompt shows what the rehearsal role received.
+    echo = start_double("echo", model=TWIN_MODEL)
+    seeing = start_gateway(twin.url + "/v1,roles=act", echo.url + "/v1,roles=rehearse", env=env)
+    # No thinking in the acting turn, so the echoed prompt is kept whole as the "imagined" text.
+    again = _sdk(seeing.url).chat.completions.create(
+        model=TWIN_MODEL, messages=opening(WORLD, task), tools=WORLD.tool_schemas(), seed=1,
+        extra_body={"rehearsal": KNOBS, "chat_template_kwargs": {"enable_thinking": False}},
+    )  # fmt: skip
+    trace = httpx.get(f"{seeing.url}/v1/rehearsals/{rehearsal_of(again)['id']}").json()
+    name = first.choices[0].message.tool_calls[0].function.name
+    prompts = [o["raw"] for t in trace["trace"] for s in t["steps"] for o in s["observations"]
+               if o["call"]["name"] == name]  # fmt: skip
+    assert prompts
+    few_shot = f"Previous tool calls and results (few-shot):\\nTool name:\\n{name}\\n"
+    assert any(few_shot in raw for raw in prompts), prompts[0][:800]
+
+
+def test_tenants_never_share_grounding_or_traces(start_twin, start_gateway, prefix: str) -> None:
+    """Grounding and traces written under one API key are invisible under another."""
+    env = {"RGW_REDIS_URL": "redis://127.0.0.1:6379/0", "RGW_REDIS_PREFIX": prefix,
+           "RGW_API_KEYS": "key-one,key-two"}  # fmt: skip
+    twin = start_twin("--world", "retail", "--seed", "2", "--skill", "1.0")
+    gateway = start_gateway(twin.url + "/v1", env=env)
+    one, two = _sdk(gateway.url, "key-one"), _sdk(gateway.url, "key-two")
+    task = WORLD.tasks[0]
+    messages = opening(WORLD, task)
+    first = chat(one, WORLD, messages, seed=1, **KNOBS)
+    ((call_id, result),) = run_committed(WORLD, WORLD.new_state(task), first)
+    messages += [assistant_turn(first), _tool_message(call_id, result)]
+    # Key two sends key one's tool result: it is not theirs to record.
+    assert rehearsal_of(chat(two, WORLD, messages, seed=2, **KNOBS))["feedback"] == []
+    assert len(rehearsal_of(chat(one, WORLD, messages, seed=2, **KNOBS))["feedback"]) == 1
+    rid = rehearsal_of(first)["id"]
+    headers = {"Authorization": "Bearer key-two"}
+    response = httpx.get(f"{gateway.url}/v1/rehearsals/{rid}", headers=headers, timeout=5)
+    assert response.status_code == 404
+    headers = {"Authorization": "Bearer key-one"}
+    assert httpx.get(f"{gateway.url}/v1/rehearsals/{rid}", headers=headers).status_code == 200
+
+
+def _examples(url: str, key: str, rid: str) -> list[int]:
+    trace = httpx.get(f"{url}/v1/rehearsals/{rid}", headers={"Authorization": f"Bearer {key}"})
+    return [o["examples"] for t in trace.json()["trace"] for s in t["steps"]
+            for o in s["observations"]]  # fmt: skip
+
+
+def test_grounding_is_per_tenant(start_twin, start_gateway, prefix: str) -> None:
+    """After key one grounds a tool, key one's rehearsals carry examples and key two's do not."""
+    env = {"RGW_REDIS_URL": "redis://127.0.0.1:6379/0", "RGW_REDIS_PREFIX": prefix,
+           "RGW_API_KEYS": "key-one,key-two"}  # fmt: skip
+    twin = start_twin("--world", "retail", "--seed", "2", "--skill", "1.0")
+    gateway = start_gateway(twin.url + "/v1", env=env)
+    one, two = _sdk(gateway.url, "key-one"), _sdk(gateway.url, "key-two")
+    task = WORLD.tasks[0]
+    messages = opening(WORLD, task)
+    first = chat(one, WORLD, messages, seed=1, **KNOBS)
+    ((call_id, result),) = run_committed(WORLD, WORLD.new_state(task), first)
+    chat(one, WORLD, [*messages, assistant_turn(first), _tool_message(call_id, result)],
+         seed=2, **KNOBS)  # fmt: skip
+    mine = rehearsal_of(chat(one, WORLD, messages, seed=1, **KNOBS))["id"]
+    theirs = rehearsal_of(chat(two, WORLD, messages, seed=1, **KNOBS))["id"]
+    assert max(_examples(gateway.url, "key-one", mine)) >= 1
+    assert max(_examples(gateway.url, "key-two", theirs)) == 0
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[tuple[int, list[subprocess.Popen[bytes]]]]:
+    """A redis-server of this test's own (it will be stopped and restarted)."""
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is needed (make test installs it)"
+    port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    yield port, procs
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def _start_redis(port: int, procs: list[subprocess.Popen[bytes]]) -> None:
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no"]  # fmt: skip
+    procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + 10
+    import redis
+
+    while time.monotonic() < deadline:
+        try:
+            if redis.Redis(port=port, socket_timeout=0.5).ping():
+                return
+        except redis.RedisError:
+            time.sleep(0.05)
+    raise RuntimeError("private redis did not start")
+
+
+def test_redis_stopping_degrades_and_restarting_recovers(start_twin, start_gateway,
+                                                         private_redis) -> None:  # fmt: skip
+    """Redis down: 200s marked degraded, /ready says so; Redis back: memory resumes."""
+    port, procs = private_redis
+    _start_redis(port, procs)
+    twin = start_twin("--world", "retail", "--seed", "2")
+    gateway = start_gateway(twin.url + "/v1", env={"RGW_REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+    client = _sdk(gateway.url)
+    messages = opening(WORLD, WORLD.tasks[0])
+    assert rehearsal_of(chat(client, WORLD, messages, seed=1, **KNOBS))["degraded"] is None
+    procs[0].kill()
+    procs[0].wait(timeout=5)
+    for seed in (2, 3):
+        completion = chat(client, WORLD, messages, seed=seed, **KNOBS)
+        assert rehearsal_of(completion)["degraded"] == "store_unavailable"
+        assert completion.choices[0].message.tool_calls
+    ready = httpx.get(gateway.url + "/ready", timeout=5)
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "degraded"
+    assert ready.json()["checks"]["store"]["ok"] is False
+    assert metric_value(gateway.url, "rehearsal_gateway_store_errors_total") > 0
+    _start_redis(port, procs)
+    completion = chat(client, WORLD, messages, seed=4, **KNOBS)
+    summary = rehearsal_of(completion)
+    assert summary["degraded"] is None
+    assert httpx.get(f"{gateway.url}/v1/rehearsals/{summary['id']}").status_code == 200
+    assert httpx.get(gateway.url + "/ready", timeout=5).json()["status"] == "ready"
