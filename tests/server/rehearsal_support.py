@@ -116,9 +116,7 @@ def opening(world: World, task: Task) -> list[dict[str, Any]]:
     ]
 
 
-def chat(
-    client: openai.OpenAI, world: World, messages: list[dict[str, Any]], **knobs: Any
-) -> Any:
+def chat(client: openai.OpenAI, world: World, messages: list[dict[str, Any]], **knobs: Any) -> Any:
     """One chat call with the world's tools and the given rehearsal knobs (SDK ``extra_body``)."""
     seed = knobs.pop("seed", 0)
     headers = knobs.pop("headers", None)
