@@ -36,6 +36,7 @@ vllm-env:
 ## Gateway pass-through overhead vs. the twin, same run, interleaved rounds (a benchmark, not a test).
 bench: install
 	$(PY) -m benchmarks.overhead
+	$(PY) -m benchmarks.rehearsal
 
 clean:
 	rm -rf $(VENV) .venv-vllm .cache .pytest_cache .mypy_cache .ruff_cache
