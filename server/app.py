@@ -3,8 +3,8 @@
 The lifespan creates the one ``httpx.AsyncClient`` (explicit timeouts and connection limits), the
 engine pool with a first round of health checks, the background health-check task and the chat
 service, and hands them to routes as one ``GatewayState``. Middleware is pure ASGI: request
-accounting (metrics) outermost, then API keys. Errors reach clients only through the table in
-``server/errors.py``.
+accounting (request id, metrics, one JSON log line) outermost, then API keys. Errors reach
+clients only through the table in ``server/errors.py``.
 """
 
 from __future__ import annotations
@@ -36,13 +36,28 @@ from server.errors import (
     internal_error_body,
 )
 from server.feedback import Feedback
+from server.logs import (
+    REQUEST_ID_HEADER,
+    REQUEST_LOGGER,
+    RequestRecord,
+    current_record,
+    request_id_from,
+    request_line,
+)
 from server.metrics import GatewayMetrics
 from server.rehearse import RehearsalService
 from server.relay import ClientDisconnected
 from server.routes import router
 from server.service import PASSTHROUGH, ChatService, EnginesReady
 from server.settings import GatewaySettings
-from server.state import MODE_STATE_KEY, OUTCOME_STATE_KEY, STATE_KEY, GatewayState
+from server.state import (
+    CONTENT_STATE_KEY,
+    MODE_STATE_KEY,
+    OUTCOME_STATE_KEY,
+    REHEARSAL_STATE_KEY,
+    STATE_KEY,
+    GatewayState,
+)
 from server.transport import EngineTransport
 from server.upstream import EngineClient
 from server.waits import WaitClock, current_clock
@@ -55,6 +70,7 @@ from server.wiring import (
 )
 
 log = logging.getLogger("rehearsal_gateway.server")
+request_log = logging.getLogger(REQUEST_LOGGER)
 
 CHAT_PATH = "/v1/chat/completions"
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"; only ever in metrics
@@ -105,6 +121,7 @@ async def open_state(
         aliases=settings.aliases,
         queue_timeout=settings.queue_timeout,
     )
+    metrics.start_series(engine.name for engine in pool.engines)
     connections = sum(engine.max_concurrency for engine in pool.engines) + 4 * len(pool.engines)
     http = httpx.AsyncClient(
         timeout=httpx.Timeout(
@@ -160,16 +177,23 @@ async def open_state(
 
 
 class RequestAccounting:
-    """Pure ASGI: in-flight gauge, request count by mode/outcome and duration, for chat calls."""
+    """Pure ASGI: request id, metrics and the JSON log line of each chat request.
+
+    Every HTTP response carries ``X-Request-Id`` (the client's when sane, else minted). A chat
+    request moves the in-flight gauge, the request counter by mode/outcome, the duration and
+    overhead histograms, and leaves one line on the ``rehearsal_gateway.request`` logger.
+    """
 
     def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
         self.app = app
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != CHAT_PATH:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        record = RequestRecord(request_id_from(scope["headers"]))
+        request_id = record.request_id.encode("ascii")
         started = time.perf_counter()
         status = 500
 
@@ -177,15 +201,22 @@ class RequestAccounting:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                headers = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
+                message = {**message, "headers": headers}
             await send(message)
 
+        if scope["path"] != CHAT_PATH:
+            await self.app(scope, receive, send_and_note)
+            return
         clock = WaitClock()
         token = current_clock.set(clock)
+        record_token = current_record.set(record)
         with self.metrics.track_in_flight():
             try:
                 await self.app(scope, receive, send_and_note)
             finally:
                 current_clock.reset(token)
+                current_record.reset(record_token)
                 elapsed = time.perf_counter() - started
                 state = scope.get("state", {})
                 mode = state.get(MODE_STATE_KEY, PASSTHROUGH)
@@ -194,6 +225,14 @@ class RequestAccounting:
                     outcome = state.get(OUTCOME_STATE_KEY, outcome)
                 self.metrics.observe_request(mode, outcome, elapsed)
                 self.metrics.observe_overhead(mode, elapsed - clock.waited)
+                if request_log.isEnabledFor(logging.INFO):
+                    fields = request_line(
+                        record, state, status=status, outcome=outcome, mode=mode,
+                        elapsed=elapsed, waited=clock.waited,
+                        rehearsal=state.get(REHEARSAL_STATE_KEY),
+                        content=state.get(CONTENT_STATE_KEY),
+                    )  # fmt: skip
+                    request_log.info("chat request", extra=fields)
 
 
 def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> Response:

@@ -3,7 +3,8 @@
 Flags become ``RGW_*`` variables, so flags, environment and worker processes all read one
 ``GatewaySettings``. The settings are printed at start with every secret masked. With
 ``--workers N`` (N > 1) uvicorn starts N processes that each build the app from the environment,
-and Prometheus metrics switch to multiprocess mode in a shared directory.
+and Prometheus metrics switch to multiprocess mode in a shared directory. Every log record is
+written to stderr as one JSON line (``server/logs.py``), in each worker.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from server.logs import log_config
     from server.settings import GatewaySettings
 
     _export(args)
@@ -103,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level,
+        # JSON lines, applied by uvicorn in each worker process (server/logs.py).
+        "log_config": log_config(settings.log_level),
         "access_log": args.access_log,
         "timeout_graceful_shutdown": 10,
     }

@@ -14,7 +14,7 @@ and each gauge declares how workers combine (``multiprocess_mode``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from prometheus_client import (
@@ -27,6 +27,7 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prom_multiprocess
 
+from rehearsal.parsing import VETO_CODES
 from rehearsal.trace import RehearsalResult
 
 PREFIX = "rehearsal_gateway_"
@@ -44,6 +45,17 @@ REAL_CALL_BUCKETS = (
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 )  # fmt: skip
 FIDELITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+
+# Label values known in advance. Their series are exported at zero from the start, so that a
+# rate() over an error that has never happened is 0 rather than an absent series, and every name
+# the dashboard and the alert rules query exists on a fresh gateway.
+ENGINE_ERROR_KINDS = ("connect", "timeout", "status_5xx", "status_4xx", "protocol", "saturated")
+STORE_OPS = (  # the operations of server/store.py
+    "ping", "save_trace", "load_trace", "save_pending", "take_pending", "append_memory",
+    "recent_memory", "save_grounding", "grounding",
+)  # fmt: skip
+DEGRADED_REASONS = ("deadline", "engine_error", "store_unavailable")
+REHEARSED_MODES = ("parallel", "sequential")
 
 
 class GatewayMetrics:
@@ -157,6 +169,20 @@ class GatewayMetrics:
         self.store_errors = Counter(
             PREFIX + "store_errors", "Store (Redis) failures by operation.", ("op",), registry=reg
         )
+
+    def start_series(self, engines: Iterable[str]) -> None:
+        """Export the series of every label value known in advance, at zero."""
+        for engine in engines:
+            for kind in ENGINE_ERROR_KINDS:
+                self.engine_errors.labels(engine, kind)
+        for op in STORE_OPS:
+            self.store_errors.labels(op)
+        for reason in DEGRADED_REASONS:
+            self.degraded.labels(reason)
+        for code in VETO_CODES:
+            self.vetoes.labels(code)
+        for mode in REHEARSED_MODES:
+            self.early_exits.labels(mode)
 
     # ---- requests
 

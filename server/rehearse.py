@@ -261,4 +261,5 @@ class RehearsalService:
             mode=budget.mode,
             headers=rehearsal.headers(result),
             outcome="degraded" if summary["degraded"] else None,
+            rehearsal=summary,
         )

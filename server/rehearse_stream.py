@@ -28,7 +28,7 @@ from server.engine_port import LiveCommit
 from server.errors import EngineFailed, GatewayError, sse_error_event
 from server.rehearse import Rehearsal
 from server.relay import SSE_HEADERS, ClientDisconnected, until_disconnect
-from server.state import OUTCOME_STATE_KEY
+from server.state import OUTCOME_STATE_KEY, REHEARSAL_STATE_KEY
 
 KEEPALIVE_S = 2.0
 _END = object()
@@ -48,6 +48,7 @@ class RehearsalStream(Response):
         self.status_code = 200
         self.background = None
         self.outcome = "ok"
+        self.summary: dict[str, Any] | None = None
         self.writer = ChunkWriter(rehearsal.completion_id, rehearsal.model, rehearsal.created)
         self.frames: asyncio.Queue[bytes | object] = asyncio.Queue()
 
@@ -58,7 +59,9 @@ class RehearsalStream(Response):
             with contextlib.suppress(ClientDisconnected):
                 await until_disconnect(receive, self._serve(send))
         finally:
-            scope.setdefault("state", {})[OUTCOME_STATE_KEY] = self.outcome
+            state = scope.setdefault("state", {})
+            state[OUTCOME_STATE_KEY] = self.outcome
+            state[REHEARSAL_STATE_KEY] = self.summary
 
     async def _serve(self, send: Send) -> None:
         producer = asyncio.create_task(self._produce())
@@ -106,7 +109,7 @@ class RehearsalStream(Response):
             already_sent = live is not None and live.finished
             # A live commit minted its ids while streaming; anything else is minted now.
             turn = result.turn if already_sent else with_minted_ids(result.turn)
-            summary = await self.rehearsal.settle(result, turn)
+            summary = self.summary = await self.rehearsal.settle(result, turn)
             if not already_sent:
                 for chunk in self.writer.turn_chunks(turn):
                     await self.frames.put(sse(chunk))

@@ -12,7 +12,14 @@ from server.protocol import ModelCard, ModelList
 from server.rehearse_stream import RehearsalStream
 from server.relay import StreamRelay, json_response, until_disconnect
 from server.service import RehearsedStream, StreamAnswer, readiness
-from server.state import MODE_STATE_KEY, OUTCOME_STATE_KEY, gateway_of, tenant_of_request
+from server.state import (
+    CONTENT_STATE_KEY,
+    MODE_STATE_KEY,
+    OUTCOME_STATE_KEY,
+    REHEARSAL_STATE_KEY,
+    gateway_of,
+    tenant_of_request,
+)
 
 router = APIRouter()
 
@@ -48,6 +55,8 @@ async def chat_completions(request: Request) -> Response:
         tenant=tenant_of_request(request),
         headers=request.headers,
     )
+    if state.settings.log_content:
+        setattr(request.state, CONTENT_STATE_KEY, call.body["messages"])
     answer = await until_disconnect(request.receive, state.chat.complete(call))
     setattr(request.state, MODE_STATE_KEY, answer.mode)
     if isinstance(answer, StreamAnswer):
@@ -56,6 +65,8 @@ async def chat_completions(request: Request) -> Response:
         return RehearsalStream(answer.rehearsal, answer.include_usage)
     if answer.outcome is not None:
         setattr(request.state, OUTCOME_STATE_KEY, answer.outcome)
+    if answer.rehearsal is not None:
+        setattr(request.state, REHEARSAL_STATE_KEY, answer.rehearsal)
     return json_response(answer)
 
 

@@ -63,6 +63,7 @@ class JsonAnswer:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     outcome: str | None = None  # "degraded" for a degraded rehearsal; else from the status
+    rehearsal: dict[str, Any] | None = None  # a rehearsal's summary, for the request's log line
 
 
 @dataclass(eq=False, slots=True)

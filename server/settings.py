@@ -80,6 +80,8 @@ class GatewaySettings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    # Debugging only: put each chat request's messages in its log line (API keys never are).
+    log_content: bool = False
 
     # Upstream engines and public model names (alias -> an engine's served model name).
     engines: Annotated[list[EngineSpec], NoDecode] = Field(

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
+from rehearsal.messages import Usage
 from server.engines import Engine, Probe
 from server.errors import (
     EngineError,
@@ -26,10 +27,23 @@ from server.errors import (
     EngineTimeout,
     EngineUnavailable,
 )
+from server.logs import note_engine, note_tokens
 from server.metrics import GatewayMetrics
 from server.waits import waiting
 
 JSON_HEADERS = {"content-type": "application/json"}
+PASSTHROUGH_ROLE = "passthrough"  # the one role whose tokens only the engine's answer tells
+
+
+def count_usage(metrics: GatewayMetrics, body: bytes) -> None:
+    """Count a pass-through answer's ``usage`` (a JSON body, or one SSE chunk's data)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return
+    usage = Usage.from_openai(data.get("usage") if isinstance(data, dict) else None)
+    metrics.observe_passthrough_usage(usage.prompt, usage.completion, usage.cached)
+    note_tokens(PASSTHROUGH_ROLE, usage.to_dict())
 
 
 def translate(exc: httpx.HTTPError, engine: Engine) -> EngineError:
@@ -91,11 +105,20 @@ class EngineStream:
                     chunk = await anext(self.chunks, b"")
                 if not chunk:
                     return
+                if self.role == PASSTHROUGH_ROLE and b'"usage":{' in chunk:
+                    self.count_usage(chunk)
                 yield chunk
         except httpx.HTTPError as exc:
             error = translate(exc, self.engine)
             self.metrics.engine_error(self.engine.name, error.kind)
             raise error from exc
+
+    def count_usage(self, chunk: bytes) -> None:
+        # The usage chunk (``stream_options.include_usage``) comes last and whole in practice;
+        # one split across two reads goes uncounted rather than slowing every chunk down.
+        for line in chunk.split(b"\n"):
+            if line.startswith(b"data: {") and b'"usage":{' in line:
+                count_usage(self.metrics, line[6:])
 
     async def aclose(self) -> None:
         """Close the upstream response (which aborts the engine's request if still running)."""
@@ -130,8 +153,11 @@ class EngineClient:
         except httpx.HTTPError as exc:
             raise self._fail(engine, translate(exc, engine)) from exc
         self.metrics.observe_engine_call(engine.name, role, time.perf_counter() - started)
+        note_engine(engine.name)
         if response.status_code >= 300:
             raise self._fail(engine, from_status(response.status_code, response.content, engine))
+        if role == PASSTHROUGH_ROLE:
+            count_usage(self.metrics, response.content)
         return response.content
 
     async def open_stream(self, engine: Engine, payload: bytes, role: str) -> EngineStream:
@@ -149,6 +175,7 @@ class EngineClient:
                 response = await self.http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise self._fail(engine, translate(exc, engine)) from exc
+        note_engine(engine.name)
         try:
             if response.status_code >= 300:
                 body = await response.aread()
@@ -164,7 +191,10 @@ class EngineClient:
         except BaseException:
             await response.aclose()
             raise
-        return EngineStream(engine, response, chunks, first, role, started, self.metrics)
+        stream = EngineStream(engine, response, chunks, first, role, started, self.metrics)
+        if role == PASSTHROUGH_ROLE and b'"usage":{' in first:
+            stream.count_usage(first)
+        return stream
 
     async def probe(self, engine: Engine) -> Probe:
         """One health check: liveness, queue depth and served models. Never raises."""
