@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from twin.acting import ActingPolicy, ActingRequest
 from twin.config import VLLM_VERSION, TwinSettings
@@ -28,6 +29,25 @@ from twin.simulator import MalformedRehearsal, Simulator, is_rehearsal, parse_pr
 from twin.tokens import tokenize
 from twin.turn import ChoiceOutput, Draft, finish
 from twin.worlds import WORLD_NAMES, World, load_world
+
+
+def _without_call_ids(messages: Any) -> Any:
+    """The messages minus tool-call ids: Qwen3's template does not render them, so a seeded vLLM
+    samples the same whatever ids a client or gateway minted, and the twin must as well."""
+    if not isinstance(messages, list):
+        return messages
+    kept: list[Any] = []
+    for message in messages:
+        if isinstance(message, dict):
+            message = {k: v for k, v in message.items() if k != "tool_call_id"}
+            calls = message.get("tool_calls")
+            if isinstance(calls, list):
+                message["tool_calls"] = [
+                    {k: v for k, v in c.items() if k != "id"} if isinstance(c, dict) else c
+                    for c in calls
+                ]
+        kept.append(message)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -79,8 +99,9 @@ class TwinEngine:
             return random.Random(self._rng.getrandbits(64))
         else:
             seed = request.seed + index
+        messages = _without_call_ids(body.get("messages"))
         digest = hashlib.sha256(
-            json.dumps([seed, body.get("messages"), body.get("tools")], sort_keys=True).encode()
+            json.dumps([seed, messages, body.get("tools")], sort_keys=True).encode()
         ).hexdigest()
         return random.Random(digest)
 
