@@ -33,6 +33,11 @@ test-vllm: install vllm-env
 vllm-env:
 	bash scripts/vllm_env.sh
 
+## Twin + gateway + example agent: rehearsal off vs parallel vs sequential, then a table.
+## Extra flags: make demo DEMO_ARGS="--seed 3 --worlds airline".
+demo: install
+	$(PY) -m clients.cli demo $(DEMO_ARGS)
+
 ## Gateway pass-through overhead vs. the twin, same run, interleaved rounds (a benchmark, not a test).
 bench: install
 	$(PY) -m benchmarks.overhead

@@ -9,6 +9,12 @@ text answer or after ``max_turns``; the world's goal check says whether the task
 Real tools take time; the worlds run in microseconds, so the agent waits ``tool_latency_s`` per
 call (reads and writes differ) to stand in for a real backend. That wait is part of the
 real-call latency the gateway measures.
+
+Copy this shape for a real agent: keep the conversation, send it with ``tools=`` every turn,
+append the committed assistant turn *as returned* (its ``tool_calls`` ids were minted by the
+gateway), run each call, and answer each id with a ``tool`` message. The ids are how the gateway
+matches a real result to what it imagined; rewriting them loses the fidelity measurement and the
+grounding of later rehearsals.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,15 +51,18 @@ class Episode:
     turns: int = 0
     real_calls: int = 0
     tool_errors: int = 0
+    model_ms: float = 0.0
     rehearsal_ms: float = 0.0
     real_call_ms: float = 0.0
     total_ms: float = 0.0
     tokens: Counter[str] = field(default_factory=Counter)
     fidelities: list[float] = field(default_factory=list)
     rehearsal_ids: list[str] = field(default_factory=list)
+    vetoes: int = 0
+    degraded: Counter[str] = field(default_factory=Counter)
 
 
-def _assistant_message(message: Any) -> dict[str, Any]:
+def assistant_message(message: Any) -> dict[str, Any]:
     """The committed turn as it goes back into the conversation."""
     turn: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
     if message.tool_calls:
@@ -67,6 +77,18 @@ def _assistant_message(message: Any) -> dict[str, Any]:
     return turn
 
 
+def run_call(world: World, state: Any, call: Any) -> Any:
+    """Execute one committed tool call on the world (an unknown tool or bad JSON is an error)."""
+    name = call.function.name
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+    except ValueError:
+        arguments = None
+    if name not in world.tools:
+        return {"error": f"unknown tool {name!r}"}
+    return world.call(state, name, arguments)
+
+
 def _record(episode: Episode, completion: Any) -> None:
     """Fold one response's rehearsal summary and usage into the episode."""
     rehearsed = summary(completion)
@@ -76,7 +98,11 @@ def _record(episode: Episode, completion: Any) -> None:
             episode.tokens["act"] += usage.prompt_tokens + usage.completion_tokens
         return
     episode.rehearsal_ids.append(rehearsed.id)
-    episode.rehearsal_ms += rehearsed.latency_ms.act + rehearsed.latency_ms.rehearse
+    # The acting phase is what an unrehearsed call costs too; rehearsal is what comes on top.
+    episode.rehearsal_ms += rehearsed.latency_ms.rehearse + rehearsed.latency_ms.commit
+    episode.vetoes += rehearsed.vetoes
+    if rehearsed.degraded is not None:
+        episode.degraded[rehearsed.degraded] += 1
     for role, counts in rehearsed.tokens.items():
         episode.tokens[role] += counts.get("prompt", 0) + counts.get("completion", 0)
     for item in (rehearsed.model_extra or {}).get("feedback") or []:
@@ -114,20 +140,25 @@ class ExampleAgent:
             {"role": "system", "content": self.world.system_prompt},
             {"role": "user", "content": task.instruction},
         ]
+        # One seed per task and turn: reruns repeat, tasks do not share samples, and the seeds
+        # s..s+K-1 an engine gives the K choices of one turn do not overlap the next turn's.
+        task_seed = self.seed * 10_000_000 + zlib.crc32(task.id.encode()) % 10_000 * 1000
         started = time.perf_counter()
         for turn in range(self.max_turns):
+            asked = time.perf_counter()
             completion = await self.client.create(
                 model=self.model,
                 messages=messages,
                 tools=self.world.tool_schemas(),
-                seed=self.seed * 1000 + turn,
+                seed=task_seed + turn * 64,
                 rehearsal=self.rehearsal,
                 extra_headers={"X-Session-Id": session_id},
             )
+            episode.model_ms += (time.perf_counter() - asked) * 1000
             episode.turns += 1
             _record(episode, completion)
             message = completion.choices[0].message
-            messages.append(_assistant_message(message))
+            messages.append(assistant_message(message))
             if not message.tool_calls:
                 break
             for call in message.tool_calls:
@@ -138,17 +169,9 @@ class ExampleAgent:
 
     async def _execute(self, episode: Episode, state: Any, call: Any) -> dict[str, Any]:
         """Run one committed call on the world, as the real tool would, and time it."""
-        name = call.function.name
-        try:
-            arguments = json.loads(call.function.arguments or "{}")
-        except ValueError:
-            arguments = None
         began = time.perf_counter()
-        await asyncio.sleep(self.latency.of(self.world.tools.get(name)))
-        if name in self.world.tools:
-            result = self.world.call(state, name, arguments)
-        else:
-            result = {"error": f"unknown tool {name!r}"}
+        await asyncio.sleep(self.latency.of(self.world.tools.get(call.function.name)))
+        result = run_call(self.world, state, call)
         episode.real_call_ms += (time.perf_counter() - began) * 1000
         episode.real_calls += 1
         if isinstance(result, dict) and "error" in result:

@@ -13,7 +13,14 @@ import sys
 from collections.abc import Sequence
 
 # name -> module exposing register(subparsers); order is the order shown in --help.
-SUBCOMMANDS: tuple[str, ...] = ("twin.cli", "server.cli", "clients.top")
+SUBCOMMANDS: tuple[str, ...] = (
+    "twin.cli",
+    "server.cli",
+    "clients.top",
+    "clients.demo",
+    "clients.chat",
+    "clients.trace",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

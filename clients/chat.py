@@ -1,0 +1,150 @@
+"""``rehearsal-gateway chat``: talk to the gateway with a world's tools and watch it rehearse.
+
+With a prompt argument it answers once; without one it reads prompts from stdin (one per line,
+an empty line or end of input stops). Each turn prints the **committed** tool call and the
+rehearsal summary; ``--show-trace`` also prints the imagined trajectories (it asks the gateway
+for them with ``trace: true``). With ``--world`` the world's tools are offered, and each
+committed call is executed for real on a fresh copy of the world and its result sent back, as
+the example agent does, until the model answers in text (``--no-execute`` stops after the first
+committed call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from clients.trace import gateway_options, open_client, trajectory_lines, turn_text
+
+
+def register(subparsers: Any) -> None:
+    """Add ``chat`` to the top-level CLI."""
+    parser = subparsers.add_parser(
+        "chat",
+        help="send a prompt (or an interactive session) through the gateway with rehearsal",
+        description="Chat through the gateway; shows the committed call and the rehearsal.",
+    )
+    parser.add_argument("prompt", nargs="?", help="one prompt; omit for an interactive session")
+    parser.add_argument("--world", choices=["airline", "retail", "bank"], help="offer its tools")
+    parser.add_argument("--model", default="EnvACE-Qwen3-8B")
+    parser.add_argument("--mode", default="parallel", choices=["off", "parallel", "sequential"])
+    parser.add_argument("--budget", type=int, help="K imagined trajectories")
+    parser.add_argument("--depth", type=int, help="imagined steps per trajectory")
+    parser.add_argument("--commit", choices=["reflect", "select"])
+    parser.add_argument("--deadline-ms", type=int)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--show-trace", action="store_true", help="print imagined trajectories")
+    parser.add_argument(
+        "--no-execute", action="store_true", help="stop at the first committed call"
+    )
+    parser.add_argument("--max-turns", type=int, default=8)
+    gateway_options(parser)
+    parser.set_defaults(func=run)
+
+
+def _knobs(args: argparse.Namespace) -> Any:
+    from clients.client import Rehearsal
+
+    return Rehearsal(
+        mode=args.mode,
+        budget=args.budget,
+        depth=args.depth,
+        commit=args.commit,
+        deadline_ms=args.deadline_ms,
+        trace=True if args.show_trace else None,
+    )
+
+
+def _describe(completion: Any, show_trace: bool) -> list[str]:
+    """What one committed turn and its rehearsal look like on the terminal."""
+    from clients.client import summary
+
+    message = completion.choices[0].message
+    calls = [
+        {"name": c.function.name, "arguments": c.function.arguments}
+        for c in message.tool_calls or []
+    ]
+    lines = [f"committed: {turn_text({'tool_calls': calls, 'content': message.content})}"]
+    rehearsed = summary(completion)
+    if rehearsed is None:
+        lines.append("rehearsal: none (mode off, no tools, or tool_choice none)")
+        return lines
+    lines.append(
+        f"rehearsal {rehearsed.id}: {rehearsed.mode} K={rehearsed.budget} "
+        f"d={rehearsed.depth} {rehearsed.commit}; {rehearsed.trajectories} trajectories, "
+        f"{rehearsed.distinct_actions} distinct actions, {rehearsed.vetoes} vetoes, "
+        f"early exit {rehearsed.early_exit}, degraded {rehearsed.degraded or 'no'}, "
+        f"{rehearsed.latency_ms.total:.0f} ms"
+    )
+    if show_trace and rehearsed.trace is not None:
+        lines += trajectory_lines(rehearsed.trace, None) or ["  (nothing was imagined)"]
+    return lines
+
+
+class Conversation:
+    """One chat session: the messages so far, the world's state, and the gateway client."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from twin.worlds import load_world
+
+        self.args = args
+        self.client = open_client(args)
+        self.world = load_world(args.world) if args.world else None
+        self.messages: list[dict[str, Any]] = []
+        if self.world is not None:
+            self.messages.append({"role": "system", "content": self.world.system_prompt})
+        self.state: Any = None
+
+    def say(self, prompt: str) -> None:
+        """Send one user prompt and follow the committed calls until a text answer."""
+        from clients.agent import assistant_message, run_call
+
+        self.messages.append({"role": "user", "content": prompt})
+        if self.world is not None and self.state is None:
+            self.state = self.world.new_state(self.world.task_for(prompt))
+        extra: dict[str, Any] = {"tools": self.world.tool_schemas()} if self.world else {}
+        for _ in range(self.args.max_turns):
+            completion = self.client.create(
+                model=self.args.model,
+                messages=self.messages,
+                seed=self.args.seed,
+                rehearsal=_knobs(self.args),
+                **extra,
+            )
+            print("\n".join(_describe(completion, self.args.show_trace)), flush=True)
+            message = completion.choices[0].message
+            self.messages.append(assistant_message(message))
+            if not message.tool_calls or self.world is None or self.args.no_execute:
+                return
+            for call in message.tool_calls:
+                result = run_call(self.world, self.state, call)
+                print(f"real result: {json.dumps(result)}", flush=True)
+                self.messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)}
+                )
+
+
+def run(args: argparse.Namespace) -> int:
+    """One prompt, or a session read from stdin; exit 1 when the gateway refuses."""
+    from clients.client import GatewayError
+
+    conversation = Conversation(args)
+    try:
+        if args.prompt is not None:
+            conversation.say(args.prompt)
+            return 0
+        interactive = sys.stdin.isatty()
+        while True:
+            if interactive:
+                print("you> ", end="", flush=True)
+            line = sys.stdin.readline()
+            if not line.strip():
+                return 0
+            conversation.say(line.strip())
+    except GatewayError as exc:
+        print(f"rehearsal-gateway chat: {type(exc).__name__}: {exc.message}", file=sys.stderr)
+        return 1
+    finally:
+        conversation.client.close()

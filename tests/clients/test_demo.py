@@ -1,0 +1,77 @@
+"""`rehearsal-gateway demo --short`, run as `make demo` runs it: its printed table is parsed and
+shows what rehearsal buys, it agrees with --json, and it leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.procs import ROOT, cli_argv
+
+
+def _outcome_rows(stdout: str) -> dict[str, list[str]]:
+    """The outcome table's rows by run name (cells stripped)."""
+    table = stdout.split("Outcomes (seed", 1)[1].split("Cost per turn", 1)[0]
+    rows = {}
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+        if cells and cells[0] in ("off", "parallel", "sequential"):
+            rows[cells[0]] = cells
+    return rows
+
+
+def _alive(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in text:
+            found.append(text)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_short_demo_table(tmp_path: Path) -> None:
+    """Rehearsal succeeds at least as often with fewer real tool errors; JSON matches; all stop."""
+    out = tmp_path / "demo.json"
+    done = subprocess.run(
+        cli_argv("demo", "--short", "--json", str(out)),
+        cwd=ROOT, capture_output=True, text=True, timeout=140, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = _outcome_rows(done.stdout)
+    assert set(rows) == {"off", "parallel", "sequential"}
+    success = {name: int(re.match(r"(\d+)/", row[1]).group(1)) for name, row in rows.items()}  # type: ignore[union-attr]
+    errors = {name: int(row[2]) for name, row in rows.items()}
+    for rehearsed in ("parallel", "sequential"):
+        assert success[rehearsed] >= success["off"]
+        assert errors[rehearsed] < errors["off"]
+        assert rows[rehearsed][6] != "-"  # fidelity measured from the feedback loop
+    document = json.loads(out.read_text())
+    by_name = {run["name"]: run for run in document["runs"]}
+    assert {name: by_name[name]["successes"] for name in rows} == success
+    assert {name: by_name[name]["tool_errors"] for name in rows} == errors
+    port = re.search(r"gateway on http://127\.0\.0\.1:(\d+)", done.stdout)
+    assert port is not None
+    assert _alive(f"--port {port.group(1)}") == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_demo_fails_loudly(tmp_path: Path) -> None:
+    """A twin that cannot start (skill out of range) makes the demo exit 1 with its log shown."""
+    done = subprocess.run(
+        cli_argv("demo", "--short", "--skill", "2"),
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "demo failed" in done.stdout
+    assert "--skill must be within [0, 1]" in done.stdout
