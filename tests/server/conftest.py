@@ -44,6 +44,20 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
 
 
 @pytest.fixture
+def vllm_gateway(vllm_engine: Proc, tmp_path: Path) -> Iterator[Proc]:
+    """A gateway (in-process store) in front of the session's real vLLM."""
+    port = free_port()
+    proc = start_http_server(
+        cli_argv("serve", "--port", str(port), "--engine", vllm_engine.url + "/v1"),
+        port=port,
+        log_path=tmp_path / "gateway-vllm.log",
+        env=FAST_HEALTH,
+    )
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
 def start_double(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
     """Factory: ``start_double("hang")`` -> a running misbehaving engine (engine_double.py)."""
     started: list[Proc] = []

@@ -7,33 +7,17 @@ The random model writes no meaningful call on its own, so the requests force the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
 from tests.contract.wire import USER_ASKS, WEATHER_TOOL, forced_tool_call_extra
-from tests.server.conftest import FAST_HEALTH
 from tests.server.test_chat import comparable, reassemble
-from tests.support.procs import Proc, cli_argv, free_port, start_http_server
+from tests.support.procs import Proc
 from tests.support.vllm import SERVED_MODEL_NAME
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def gateway(vllm_engine: Proc, tmp_path) -> Iterator[Proc]:
-    """A gateway in front of the session's real vLLM."""
-    port = free_port()
-    proc = start_http_server(
-        cli_argv("serve", "--port", str(port), "--engine", vllm_engine.url + "/v1"),
-        port=port,
-        log_path=tmp_path / "gateway.log",
-        env=FAST_HEALTH,
-    )
-    yield proc
-    proc.stop()
 
 
 def request(seed: int) -> dict[str, Any]:
@@ -51,19 +35,21 @@ def client(proc: Proc) -> openai.OpenAI:
     return openai.OpenAI(base_url=proc.url + "/v1", api_key="x", max_retries=0, timeout=120)
 
 
-def test_tool_call_through_gateway_equals_vllm(vllm_engine: Proc, gateway: Proc) -> None:
+def test_tool_call_through_gateway_equals_vllm(vllm_engine: Proc, vllm_gateway: Proc) -> None:
     """Sync SDK, non-stream and stream: the gateway's tool call is vLLM's, chunk for chunk."""
     direct = client(vllm_engine).chat.completions.create(**request(4))
-    through = client(gateway).chat.completions.create(**request(4))
+    through = client(vllm_gateway).chat.completions.create(**request(4))
     assert through.choices[0].finish_reason == "tool_calls"
     assert comparable(through) == comparable(direct)
     streamed_direct = list(client(vllm_engine).chat.completions.create(stream=True, **request(4)))
-    streamed = list(client(gateway).chat.completions.create(stream=True, **request(4)))
+    streamed = list(client(vllm_gateway).chat.completions.create(stream=True, **request(4)))
     assert reassemble(streamed) == reassemble(streamed_direct)
     assert reassemble(streamed)["finish"] == "tool_calls"
 
 
-async def test_async_sdk_and_free_text_through_gateway(vllm_engine: Proc, gateway: Proc) -> None:
+async def test_async_sdk_and_free_text_through_gateway(
+    vllm_engine: Proc, vllm_gateway: Proc
+) -> None:
     """Async SDK with a seeded free-text answer (reasoning on): the same text as vLLM's."""
     body: dict[str, Any] = {
         "model": SERVED_MODEL_NAME,
@@ -74,7 +60,7 @@ async def test_async_sdk_and_free_text_through_gateway(vllm_engine: Proc, gatewa
     }
     async with (
         openai.AsyncOpenAI(base_url=vllm_engine.url + "/v1", api_key="x", max_retries=0) as a,
-        openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0) as b,
+        openai.AsyncOpenAI(base_url=vllm_gateway.url + "/v1", api_key="x", max_retries=0) as b,
     ):
         direct = [c async for c in await a.chat.completions.create(stream=True, **body)]
         through = [c async for c in await b.chat.completions.create(stream=True, **body)]
