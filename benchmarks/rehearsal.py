@@ -4,9 +4,10 @@ Starts a twin with the ``h100`` latency profile (an 8B model on one H100, see do
 scaled by ``--latency-scale``, and a gateway in front of it, then:
 
 1. **Overlap** — parallel rehearsal wall time at K = 4 versus K = 1 (depth 1, ``reflect``, no
-   early exit: the same three phases whatever K is), rounds interleaved so drift hits both; DESIGN §10 targets a ratio ≤ 1.25.
-2. **Prefix cache** — the share of rehearsal-role prompt tokens the engine served from its
-   prefix cache (``tokens.rehearse.cached / tokens.rehearse.prompt``); target ≥ 80 %.
+   early exit: the same three phases whatever K is), rounds interleaved so drift hits both;
+   DESIGN §10 targets a ratio ≤ 1.25.
+2. **Prefix cache** — the share of rehearsal-role prompt tokens served from the engine's prefix
+   cache (``tokens.rehearse.cached / tokens.rehearse.prompt``); target ≥ 80 %.
 3. **Errors** — over every task of a world, the first committed action executed on the real
    world: how often it errs with rehearsal off, parallel K = 4 and sequential K = 4
    (``select``), for a weak policy (``--skill``) and a faithful imagination (``--fidelity``).
