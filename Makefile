@@ -17,8 +17,8 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-## The whole suite: twin, core, gateway, and the real-vLLM contract tests.
-test: install vllm-env
+## The whole suite: lint, then twin, core, gateway, clients, docs and the real-vLLM suites.
+test: install vllm-env lint
 	bash scripts/test.sh
 
 ## Everything except the real-vLLM tests (quick local loop).
