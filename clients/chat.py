@@ -128,7 +128,7 @@ class Conversation:
 
 def run(args: argparse.Namespace) -> int:
     """One prompt, or a session read from stdin; exit 1 when the gateway refuses."""
-    from clients.client import GatewayError
+    from clients.client import EngineUnavailable, GatewayError
 
     conversation = Conversation(args)
     try:
@@ -143,6 +143,10 @@ def run(args: argparse.Namespace) -> int:
             if not line.strip():
                 return 0
             conversation.say(line.strip())
+    except EngineUnavailable as exc:
+        where = f"cannot reach {args.url}" if exc.status is None else "no engine answered"
+        print(f"rehearsal-gateway chat: {where}: {exc.message}", file=sys.stderr)
+        return 2
     except GatewayError as exc:
         print(f"rehearsal-gateway chat: {type(exc).__name__}: {exc.message}", file=sys.stderr)
         return 1

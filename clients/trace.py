@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"rehearsal-gateway trace: {exc.message}", file=sys.stderr)
         return 1
     except EngineUnavailable as exc:
-        print(f"rehearsal-gateway trace: cannot reach {args.url}: {exc.message}", file=sys.stderr)
+        where = f"cannot reach {args.url}" if exc.status is None else "no engine answered"
+        print(f"rehearsal-gateway trace: {where}: {exc.message}", file=sys.stderr)
         return 2
     except GatewayError as exc:
         print(f"rehearsal-gateway trace: {exc.message}", file=sys.stderr)
