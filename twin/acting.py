@@ -78,9 +78,13 @@ def _successful_calls(messages: list[JsonObject]) -> list[Call]:
     done: list[Call] = []
     for message in messages:
         for raw in message.get("tool_calls") or [] if message.get("role") == "assistant" else []:
-            function = raw.get("function", {})
+            function = raw.get("function")
+            if not isinstance(function, dict):
+                continue  # a malformed call in the history is no step done
+            arguments = function.get("arguments") or "{}"
             try:
-                arguments = json.loads(function.get("arguments") or "{}")
+                if isinstance(arguments, str):
+                    arguments = json.loads(arguments)
                 result = json.loads(results.get(str(raw.get("id")), "{}") or "{}")
             except json.JSONDecodeError:
                 continue
@@ -173,10 +177,11 @@ class ActingPolicy:
         for _ in range(5):
             name = names[0] if request.greedy else rng.choice(names)
             schema = request.tools[name]
-            arguments: Any = synthesise(schema, rng, name)
+            synthesised: Any = synthesise(schema, rng, name)
+            arguments = synthesised if isinstance(synthesised, dict) else {}
             if not request.greedy and rng.random() >= self.skill:
                 arguments = mistake_for(schema, arguments, rng)
-            call = Call(name, arguments if isinstance(arguments, dict) else {})
+            call = Call(name, arguments)
             if not self._avoid(request, call):
                 break
         return call

@@ -27,7 +27,9 @@ def message_text(message: JsonObject) -> str:
 def _tool_calls_text(message: JsonObject) -> str:
     parts = []
     for call in message.get("tool_calls") or []:
-        function = call.get("function", {}) if isinstance(call, dict) else {}
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            function = {}
         arguments: Any = function.get("arguments", "{}")
         with contextlib.suppress(json.JSONDecodeError):
             arguments = json.loads(arguments) if isinstance(arguments, str) else arguments

@@ -7,6 +7,7 @@ invents schema-consistent arguments and results from a seeded ``random.Random``.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,23 @@ class Violation:
         return {"error_tool_call": {"code": self.code, "message": self.message}}
 
 
+# Tool schemas come from clients and need not be sound JSON Schema: a part of the wrong kind is
+# read as absent, so an odd schema is answered like a loose one, never with a crash.
+def _mapping(value: Any) -> JsonObject:
+    return value if isinstance(value, dict) else {}
+
+
+def _names(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _bound(schema: JsonObject, key: str, default: int) -> int:
+    value = schema.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return int(value)
+    return default
+
+
 def _type_ok(value: Any, expected: Any) -> bool:
     names = expected if isinstance(expected, list) else [expected]
     for name in names:
@@ -53,7 +71,7 @@ def check_value(value: Any, schema: JsonObject, path: str) -> str | None:
     """The first problem with ``value`` under ``schema`` (None when it conforms)."""
     if "type" in schema and not _type_ok(value, schema["type"]):
         return f"{path} must be of type {schema['type']}, got {type(value).__name__}"
-    if "enum" in schema and value not in schema["enum"]:
+    if isinstance(schema.get("enum"), list) and value not in schema["enum"]:
         allowed = ", ".join(map(str, schema["enum"]))
         return f"{path} must be one of: {allowed}"
     if isinstance(value, dict):
@@ -68,12 +86,12 @@ def check_value(value: Any, schema: JsonObject, path: str) -> str | None:
 
 def check_object(value: JsonObject, schema: JsonObject, path: str = "arguments") -> str | None:
     """The first problem with an object's required keys and known properties."""
-    for key in schema.get("required", []):
+    for key in _names(schema.get("required")):
         if key not in value:
             return f"missing required argument '{key}'"
-    properties = schema.get("properties", {})
+    properties = _mapping(schema.get("properties"))
     for key, item in value.items():
-        if isinstance(properties, dict) and isinstance(properties.get(key), dict):
+        if isinstance(properties.get(key), dict):
             problem = check_value(item, properties[key], key if path == "arguments" else path)
             if problem:
                 return problem
@@ -94,14 +112,14 @@ def validate_call(name: str, arguments: Any, tools: dict[str, JsonObject]) -> Vi
 
 def synthesise(schema: JsonObject, rng: random.Random, key: str = "value") -> Any:
     """A value that conforms to ``schema`` (required keys only, plus a coin toss for others)."""
-    if schema.get("enum"):
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
         return rng.choice(schema["enum"])
     kind = schema.get("type", "string")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     if kind == "object":
-        properties = schema.get("properties", {})
-        required = set(schema.get("required", []))
+        properties = _mapping(schema.get("properties"))
+        required = set(_names(schema.get("required")))
         out: JsonObject = {}
         for name, sub in properties.items():
             if name in required or rng.random() < 0.3:
@@ -111,8 +129,8 @@ def synthesise(schema: JsonObject, rng: random.Random, key: str = "value") -> An
         items = schema.get("items", {})
         return [synthesise(items if isinstance(items, dict) else {}, rng, key)]
     if kind == "integer":
-        low = int(schema.get("minimum", 1))
-        return rng.randint(low, max(low, int(schema.get("maximum", low + 99))))
+        low = _bound(schema, "minimum", 1)
+        return rng.randint(low, max(low, _bound(schema, "maximum", low + 99)))
     if kind == "number":
         return round(rng.uniform(1.0, 100.0), 2)
     if kind == "boolean":
@@ -123,8 +141,9 @@ def synthesise(schema: JsonObject, rng: random.Random, key: str = "value") -> An
 def mistake_for(schema: JsonObject, arguments: JsonObject, rng: random.Random) -> JsonObject:
     """A plausible wrong version of valid arguments: a dropped required key or a bad enum."""
     wrong = dict(arguments)
-    enums = [k for k, s in schema.get("properties", {}).items() if "enum" in s and k in wrong]
-    required = [k for k in schema.get("required", []) if k in wrong]
+    properties = _mapping(schema.get("properties"))
+    enums = [k for k, s in properties.items() if "enum" in _mapping(s) and k in wrong]
+    required = [k for k in _names(schema.get("required")) if k in wrong]
     if enums and (not required or rng.random() < 0.5):
         key = rng.choice(enums)
         wrong[key] = f"{wrong[key]}_other".upper()
