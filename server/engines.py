@@ -178,17 +178,17 @@ class EnginePool:
     async def _wait_for_room(
         self, role: Role, model: str | None, affinity: bytes, exclude: frozenset[str]
     ) -> Engine:
-        async def wait() -> Engine:
-            async with self._room:
+        # In this task, not under ``wait_for`` (a separate task on Python 3.11): between the
+        # choice and ``acquire`` taking the slot nothing may run, or every waiter woken by one
+        # release would pick the same freed slot and overrun the engine's limit.
+        self._waiting += 1
+        try:
+            async with asyncio.timeout(self.queue_timeout), self._room:
                 while True:
                     await self._room.wait()
                     engine = self.choose(role, model, affinity, exclude)
                     if engine is not None:
                         return engine
-
-        self._waiting += 1
-        try:
-            return await asyncio.wait_for(wait(), self.queue_timeout)
         except TimeoutError:
             raise EngineOverloaded(
                 f"every engine stayed at its concurrency limit for {self.queue_timeout:g}s"

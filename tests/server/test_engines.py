@@ -122,3 +122,22 @@ def test_engine_urls_and_default_names() -> None:
     """``/v1`` is added when missing; health lives at the root; the default name is host:port."""
     engine = Engine(EngineSpec(url="http://h:9/"), 1)
     assert (engine.base_url, engine.root_url, engine.name) == ("http://h:9/v1", "http://h:9", "h:9")
+
+
+async def test_waiters_woken_together_never_exceed_the_concurrency_limit() -> None:
+    """Callers queued for a full engine take its freed slots one at a time, never over the limit."""
+    pool = make_pool(count=1, limit=1)
+    pool.queue_timeout = 5.0
+    engine = pool.engines[0]
+    peak = 0
+
+    async def one_call(key: bytes) -> None:
+        nonlocal peak
+        acquired = await pool.acquire("act", "m", key)
+        peak = max(peak, acquired.in_flight)
+        await asyncio.sleep(0.005)
+        pool.release(acquired)
+
+    await asyncio.gather(*(one_call(f"k{i}".encode()) for i in range(6)))
+    assert peak == 1
+    assert engine.in_flight == 0
