@@ -10,6 +10,7 @@ message and, where vLLM names one, the parameter.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -18,6 +19,44 @@ from twin.config import MAX_MODEL_LEN
 from twin.schema import JsonObject
 
 _MAX_REPORTED_ERRORS = 10  # vLLM reports at most this many pydantic errors
+_MAX_ERROR_CHARS = 1000  # and cuts each one's text at this length
+# Pydantic's internal location segments that vLLM leaves out of ``param`` and ``loc``: anything
+# bracketed (``list[str]``, ``literal['none',…]``) and these bare schema-kind names.
+_BRANCH_TAG = re.compile(r"[\[\]{}()]")
+_BRANCH_NAMES = frozenset(
+    {
+        "function-wrap",
+        "function-after",
+        "function-before",
+        "function-plain",
+        "json-or-python",
+        "lax-or-strict",
+        "chain",
+        "default",
+        "nullable",
+        "tagged-union",
+        "union",
+        "call",
+        "arguments",
+        "is-instance",
+        "is-subclass",
+        "callable",
+        "str",
+        "int",
+        "float",
+        "bool",
+        "bytes",
+        "bytearray",
+        "list",
+        "tuple",
+        "dict",
+        "set",
+        "frozenset",
+        "complex",
+        "none",
+        "nonetype",
+    }
+)
 
 
 class TwinError(Exception):
@@ -141,19 +180,32 @@ def _summarise_input(value: Any) -> Any:
     return text[:200] + "...[truncated]" if len(text) > 200 else text
 
 
+def _location(loc: tuple[int | str, ...]) -> str:
+    """vLLM's dotted ``body.<field>`` path: pydantic's union-branch tags (``str``,
+    ``list[str]``, a model's name…) are dropped, so ``stop`` is ``body.stop``."""
+    parts = [str(part) for part in loc]
+    kept = [p for p in parts if not _BRANCH_TAG.search(p) and p.lower() not in _BRANCH_NAMES]
+    return ".".join(["body", *(kept or parts)])
+
+
 def _unparsable(exc: ValidationError) -> TwinError:
     """FastAPI's request-validation 400 as vLLM words it (``body.``-prefixed locations)."""
-    errors = exc.errors(include_url=False, include_context=False)
+    errors = exc.errors(include_url=False)
     lines = []
     for error in errors[:_MAX_REPORTED_ERRORS]:
-        loc = ".".join(str(part) for part in ("body", *error["loc"]))
-        item = {"type": error["type"], "loc": loc, "msg": error["msg"]}
-        lines.append(str({**item, "input": _summarise_input(error.get("input"))}))
+        item: dict[str, Any] = {"type": error["type"], "loc": _location(error["loc"])}
+        item.update(msg=error["msg"], input=_summarise_input(error.get("input")))
+        if "ctx" in error:
+            item["ctx"] = error["ctx"]
+        text = str(item)
+        lines.append(
+            text[:_MAX_ERROR_CHARS] + "...[truncated]" if len(text) > _MAX_ERROR_CHARS else text
+        )
     label = "error" if len(errors) == 1 else "errors"
     message = f"{len(errors)} validation {label}:\n" + "".join(f"  {line}\n" for line in lines)
     if len(errors) > len(lines):
         message += f"  ...and {len(errors) - len(lines)} more {label}\n"
-    param = ".".join(str(part) for part in ("body", *errors[0]["loc"]))
+    param = _location(errors[0]["loc"])
     return TwinError(message.rstrip(), param=param, kind="Bad Request")
 
 

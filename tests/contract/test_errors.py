@@ -105,3 +105,24 @@ def test_unparsable_field_is_fastapi_bad_request(engine: Engine, http: httpx.Cli
     assert error["type"] == "Bad Request"
     assert error["param"] == "body.n"
     assert error["message"].startswith("1 validation error:")
+
+
+_HELLO_JSON = '[{"role": "user", "content": "Hello!"}]'
+UNION_FIELDS = [
+    pytest.param('"stop": 5', "body.stop", id="stop-int"),
+    pytest.param('"seed": "x"', "body.seed", id="seed-string"),
+]
+
+
+@pytest.mark.parametrize(("field", "param"), UNION_FIELDS)
+def test_validation_param_drops_union_branches(
+    engine: Engine, http: httpx.Client, field: str, param: str
+) -> None:
+    """A field of a union type that fails to parse is named as vLLM names it: no branch tags."""
+    content = f'{{"model": "{engine.model}", "messages": {_HELLO_JSON}, "max_tokens": 2, {field}}}'
+    response = http.post(
+        "/v1/chat/completions", content=content, headers={"content-type": "application/json"}
+    )
+    error = _check_envelope(response, 400)
+    assert (error["type"], error["param"]) == ("Bad Request", param)
+    assert f"'loc': '{param}'" in error["message"]
