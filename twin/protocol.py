@@ -10,14 +10,18 @@ message and, where vLLM names one, the parameter.
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from twin.config import MAX_MODEL_LEN
 from twin.schema import JsonObject
 
+_INT64 = 2**63  # vLLM bounds ``seed`` to a signed 64-bit integer
+_MAX_N = 16384  # vLLM's VLLM_MAX_N_SEQUENCES default
+_MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS default
 _MAX_REPORTED_ERRORS = 10  # vLLM reports at most this many pydantic errors
 _MAX_ERROR_CHARS = 1000  # and cuts each one's text at this length
 # Pydantic's internal location segments that vLLM leaves out of ``param`` and ``loc``: anything
@@ -135,14 +139,14 @@ class ChatRequest(_Lenient):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = True
     n: int = 1
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-_INT64, le=_INT64 - 1)
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    stop: str | list[str] | None = None
+    stop: str | Annotated[list[str], Field(max_length=_MAX_STOP_STRINGS)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     chat_template_kwargs: dict[str, Any] | None = None
@@ -244,7 +248,15 @@ def _check_sampling(request: ChatRequest, max_model_len: int) -> None:
         )
     if request.n < 1:
         raise TwinError(f"n must be at least 1, got {request.n}.")
+    if request.n > _MAX_N:
+        raise TwinError(
+            f"n must be at most {_MAX_N}, got {request.n}. "
+            "To increase this limit, set the VLLM_MAX_N_SEQUENCES environment variable."
+        )
     t = request.temperature
+    if t is not None and not math.isfinite(t):
+        message = f"temperature must be a finite number, got {t}."
+        raise TwinError.for_parameter(message, "temperature", t)
     if t is not None and t < 0:
         message = f"temperature must be non-negative, got {t}."
         raise TwinError.for_parameter(message, "temperature", t)

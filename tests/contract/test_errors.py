@@ -126,3 +126,33 @@ def test_validation_param_drops_union_branches(
     error = _check_envelope(response, 400)
     assert (error["type"], error["param"]) == ("Bad Request", param)
     assert f"'loc': '{param}'" in error["message"]
+
+
+BOUNDS = [
+    pytest.param('"seed": 9223372036854775808', "Bad Request", "body.seed",
+                 "'ctx': {'le': 9223372036854775807}", id="seed-over-int64"),
+    pytest.param('"seed": -9223372036854775809', "Bad Request", "body.seed",
+                 "'ctx': {'ge': -9223372036854775808}", id="seed-under-int64"),
+    pytest.param('"n": 16385', "BadRequestError", None,
+                 "n must be at most 16384, got 16385.", id="n-over-max"),
+    pytest.param('"temperature": NaN', "BadRequestError", "temperature",
+                 "temperature must be a finite number, got nan.", id="temperature-nan"),
+    pytest.param('"temperature": Infinity', "BadRequestError", "temperature",
+                 "temperature must be a finite number, got inf.", id="temperature-inf"),
+    pytest.param('"stop": ["a", "b", "c", "d", "e"]', "Bad Request", "body.stop",
+                 "List should have at most 4 items", id="stop-five-strings"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "kind", "param", "words"), BOUNDS)
+def test_out_of_bounds_values_are_400(
+    engine: Engine, http: httpx.Client, field: str, kind: str, param: str | None, words: str
+) -> None:
+    """vLLM's bounds on seed (int64), n (16384), temperature (finite) and stop (4 strings) hold."""
+    content = f'{{"model": "{engine.model}", "messages": {_HELLO_JSON}, "max_tokens": 2, {field}}}'
+    response = http.post(
+        "/v1/chat/completions", content=content, headers={"content-type": "application/json"}
+    )
+    error = _check_envelope(response, 400)
+    assert (error["type"], error["param"]) == (kind, param)
+    assert words in error["message"]
