@@ -85,22 +85,25 @@ class Planner:
         return self._result(ctx, decision, ctx.note, started)
 
     async def _rehearse(self, ctx: RehearsalContext) -> Decision | None:
-        """The mode's work under the deadline; None when it must be salvaged."""
+        """The mode's work under the deadline, then the commit; None when it must be salvaged."""
         try:
             async with asyncio.timeout(ctx.budget.deadline_ms / 1000.0) as scope:
                 ctx.prior = await self._recall(ctx)
-                if ctx.budget.mode == "parallel":
-                    return await self._parallel(ctx)
-                return await self._sequential(ctx)
+                mode = self._parallel if ctx.budget.mode == "parallel" else self._sequential
+                early = await mode(ctx)
         except TimeoutError:
             if not scope.expired():
                 raise
             ctx.fault("deadline", f"after {ctx.budget.deadline_ms} ms")
+            return None
         except GeneratorError as exc:
             ctx.fault("engine_error", f"act: {exc}")
-        return None
+            return None
+        # Outside the deadline: the commit may already be streaming to the client.
+        return early if early is not None else await self._commit(ctx)
 
-    async def _parallel(self, ctx: RehearsalContext) -> Decision:
+    async def _parallel(self, ctx: RehearsalContext) -> Decision | None:
+        """An early decision, or None once every distinct action was walked (commit due)."""
         with ctx.phase("act"):
             turns = await ctx.act(list(ctx.request.messages), n=ctx.budget.budget, seed=ctx.seed())
         ctx.candidates.extend(turns)
@@ -119,9 +122,10 @@ class Planner:
                 for walk, rng in zip(walks, rngs, strict=True):
                     if walk.ended is None:
                         group.create_task(ctx.walk(walk, rng))
-        return await self._commit(ctx)
+        return None
 
-    async def _sequential(self, ctx: RehearsalContext) -> Decision:
+    async def _sequential(self, ctx: RehearsalContext) -> Decision | None:
+        """An early decision on agreement, or None after the last attempt (commit due)."""
         conversation = list(ctx.request.messages)
         for attempt in range(ctx.budget.budget):
             entries = [entry_for(w.freeze()) for w in ctx.walks] + ctx.prior
@@ -144,7 +148,7 @@ class Planner:
             if ctx.budget.early_exit and attempt > 0 and _agrees(done, ctx.walks[-2].freeze()):
                 return Decision(turn, "attempt agreed with the previous one", attempt,
                                 done.index, "agreement")  # fmt: skip
-        return await self._commit(ctx)
+        return None
 
     async def _commit(self, ctx: RehearsalContext) -> Decision:
         trajectories = [w.freeze() for w in ctx.walks]

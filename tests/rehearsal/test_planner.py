@@ -257,6 +257,26 @@ async def test_deadline_commits_from_the_best_so_far(rng: random.Random) -> None
     assert engine.by_role("commit") == []
 
 
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+async def test_deadline_bounds_rehearsal_not_the_reflect_commit(
+    mode: str, rng: random.Random
+) -> None:
+    """A reflect call still running when the deadline passes is finished, not cut off.
+
+    The commit may already be streaming to the client; cutting it would break a served answer.
+    """
+    engine = ScriptedGenerator()
+    engine.enqueue(acting(BAD_CANCEL, GET), role="act")
+    engine.enqueue(acting(GET), role="act")
+    engine.enqueue(veto("INVALID_PARAMETERS"), match=is_bad_cancel)
+    engine.enqueue(imagined({"status": "pending"}), match=about("get_order"))
+    engine.enqueue(acting(GET), role="commit", delay=0.3)
+    result = await run(engine, rng, mode=mode, budget=2, deadline_ms=100, early_exit=False)
+    assert (result.turn, result.degraded) == (GET, None)
+    assert len(engine.by_role("commit")) == 1
+    assert result.why.startswith("reflect")
+
+
 async def test_deadline_before_any_candidate_falls_back_to_a_plain_call(
     rng: random.Random,
 ) -> None:

@@ -227,3 +227,29 @@ def test_redis_stopping_degrades_and_restarting_recovers(start_twin, start_gatew
     assert summary["degraded"] is None
     assert httpx.get(f"{gateway.url}/v1/rehearsals/{summary['id']}").status_code == 200
     assert httpx.get(gateway.url + "/ready", timeout=5).json()["status"] == "ready"
+
+
+def test_deadline_passing_during_a_streamed_reflect_commit_does_not_break_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The deadline bounds rehearsal; a reflect commit already streaming is finished, not cut."""
+    from tests.server.rehearsal_support import running_stack
+
+    twin_args = ("--seed", "2", "--latency", "h100", "--latency-scale", "2")
+    with running_stack(tmp_path, twin_args=twin_args) as stack:
+        knobs = {"mode": "parallel", "budget": 2, "commit": "reflect", "early_exit": False}
+        body = {"model": TWIN_MODEL, "messages": opening(WORLD, WORLD.tasks[0]),
+                "tools": WORLD.tool_schemas(), "seed": 1, "rehearsal": knobs}  # fmt: skip
+        url = stack.gateway.url + "/v1/chat/completions"
+        warm = httpx.post(url, json=body, timeout=60).json()["rehearsal"]["latency_ms"]
+        assert warm["commit"] > 400, warm  # long enough for the deadline to land inside it
+        # Same request, now with the deadline halfway through the (streamed) commit.
+        deadline = int(warm["act"] + warm["rehearse"] + warm["commit"] / 2)
+        body = {**body, "stream": True, "rehearsal": {**knobs, "deadline_ms": deadline}}
+        with httpx.stream("POST", url, json=body, timeout=60) as response:
+            events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert not [c for c in chunks if "error" in c], chunks[-2:]
+    pieces = [tc for c in chunks for ch in c["choices"] for tc in ch["delta"].get("tool_calls", [])]
+    assert pieces
+    assert all(piece["index"] == 0 for piece in pieces)
+    assert chunks[-1]["rehearsal"]["degraded"] is None
