@@ -304,12 +304,19 @@ def _problems(outcomes: list[Outcome], children: list[_Child]) -> list[str]:
     return found
 
 
+def _exit_on_signal(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start everything, run the three configurations, print the tables, clean up."""
     from rich.console import Console
 
     console = Console()
     began = time.perf_counter()
+    # The children run in their own sessions, so a SIGTERM to the demo reaches only the demo:
+    # turn it into an exit that unwinds through _children(), or twin and gateway outlive it.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     with tempfile.TemporaryDirectory(prefix="rgw-demo-") as tmp, _children() as children:
         console.print(
             "[bold]Engine twin[/bold]: a SIMULATION of vLLM serving EnvACE-Qwen3-8B "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -75,3 +76,28 @@ def test_demo_fails_loudly(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "demo failed" in done.stdout
     assert "--skill must be within [0, 1]" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_terminated_demo_stops_its_processes() -> None:
+    """A demo sent SIGTERM (a CI timeout, `kill`) still stops the twin and gateway it started."""
+    with subprocess.Popen(
+        cli_argv("demo", "--short", "--latency-scale", "1"),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    ) as demo:  # fmt: skip
+        assert demo.stdout is not None
+        line = ""
+        while "gateway on" not in line:
+            line = demo.stdout.readline()
+            assert line, "the demo ended before its gateway started"
+        port = re.search(r"127\.0\.0\.1:(\d+)", line)
+        assert port is not None
+        (gateway,) = _alive(f"--port {port.group(1)} ")
+        twin_port = re.search(r"--engine http://127\.0\.0\.1:(\d+)", gateway)
+        assert twin_port is not None
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(timeout=30) != 0
+        demo.stdout.read()
+    assert _alive(f"--port {port.group(1)} ") == []
+    assert _alive(f"--port {twin_port.group(1)} ") == []
