@@ -115,9 +115,11 @@ class EngineStream:
 
     def count_usage(self, chunk: bytes) -> None:
         # The usage chunk (``stream_options.include_usage``) comes last and whole in practice;
-        # one split across two reads goes uncounted rather than slowing every chunk down.
+        # one split across two reads goes uncounted rather than slowing every chunk down. Only
+        # that chunk (empty ``choices``) counts: with vLLM's ``continuous_usage_stats`` every
+        # chunk carries the running totals, which summed would count the stream many times over.
         for line in chunk.split(b"\n"):
-            if line.startswith(b"data: {") and b'"usage":{' in line:
+            if line.startswith(b"data: {") and b'"usage":{' in line and b'"choices":[]' in line:
                 count_usage(self.metrics, line[6:])
 
     async def aclose(self) -> None:

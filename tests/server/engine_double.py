@@ -4,7 +4,9 @@ The engine twin behaves; this one hangs, fails, cuts streams, streams forever or
 received, as chosen by ``--chat``. It answers ``/health``, ``/v1/models`` and ``/metrics`` (with
 ``vllm:num_requests_running``, so a test can watch a cancelled request leave the engine).
 
-    python -m tests.server.engine_double --port P --chat hang|echo|slow|cut|status:CODE [--model M]
+    python -m tests.server.engine_double --port P --chat MODE [--model M]
+
+MODE is hang, echo, slow, cut, usage (vLLM's continuous usage stats) or status:CODE.
 """
 
 from __future__ import annotations
@@ -53,6 +55,20 @@ def chunk(content: str) -> bytes:
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
+def usage_stream(model: str) -> list[bytes]:
+    """vLLM with ``continuous_usage_stats``: cumulative usage on every chunk, then the total."""
+    events = []
+    for done in (1, 2, 3):
+        body = orjson.loads(chunk(f"t{done} ")[6:])
+        body["model"] = model
+        body["usage"] = {"prompt_tokens": 10, "total_tokens": 10 + done, "completion_tokens": done}
+        events.append(b"data: " + orjson.dumps(body) + b"\n\n")
+    total = {"prompt_tokens": 10, "total_tokens": 13, "completion_tokens": 3}
+    final = {"id": "chatcmpl-double", "object": "chat.completion.chunk", "created": 0,
+             "model": model, "choices": [], "usage": total}  # fmt: skip
+    return [*events, b"data: " + orjson.dumps(final) + b"\n\n", b"data: [DONE]\n\n"]
+
+
 async def wait_for_disconnect(request: Request) -> None:
     message = await request.receive()  # the body was read: the next message is the disconnect
     while message["type"] != "http.disconnect":
@@ -80,6 +96,8 @@ def build_app(mode: str, model: str = MODEL) -> Starlette:
             finally:
                 running -= 1
             return Response(b"", 499)
+        if mode == "usage":
+            return Response(b"".join(usage_stream(model)), media_type="text/event-stream")
         if mode == "cut":
             return StreamingResponse(_cut(), media_type="text/event-stream")
         return StreamingResponse(_slow(), media_type="text/event-stream")

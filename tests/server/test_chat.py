@@ -12,7 +12,7 @@ import openai
 import orjson
 import pytest
 
-from tests.server.conftest import FAST_HEALTH, TWIN_MODEL
+from tests.server.conftest import FAST_HEALTH, TWIN_MODEL, metric_value
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
 
 TOOLS: list[Any] = [
@@ -250,3 +250,18 @@ def test_alias_rewrites_only_the_model(start_double, start_gateway) -> None:
     response = httpx.post(gateway.url + "/v1/chat/completions", json=sent)
     received = orjson.loads(response.json()["choices"][0]["message"]["content"])
     assert received == {**sent, "model": "served-name"}
+
+
+def test_continuous_usage_stats_count_a_streams_tokens_once(start_double, start_gateway) -> None:
+    """With vLLM's per-chunk cumulative usage, pass-through tokens are the stream's total, once."""
+    engine = start_double("usage")
+    gateway = start_gateway(engine.url + "/v1")
+    body = {"model": "double-model", "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        assert list(response.iter_lines())[-2:] == ["data: [DONE]", ""]
+    tokens = "rehearsal_gateway_tokens_total"
+    assert metric_value(gateway.url, tokens, role="passthrough", kind="prompt") == 10
+    assert metric_value(gateway.url, tokens, role="passthrough", kind="completion") == 3
