@@ -196,6 +196,8 @@ class LiveCommit:
                 chunk = orjson.loads(data)
                 if not isinstance(chunk, dict):
                     continue
+                if "error" in chunk:  # vLLM reports a failure mid-stream as an error event
+                    raise GeneratorError(f"commit stream failed: {chunk['error']}", role="commit")
                 folded.add(chunk)
                 if chunk.get("choices"):
                     self.started = True
@@ -206,6 +208,8 @@ class LiveCommit:
             raise GeneratorError(f"commit stream broke: {exc}", role="commit") from exc
         finally:
             await answer.close()
+        if folded.finish is None:
+            raise GeneratorError("the commit stream ended without a finish reason", role="commit")
         self.finished = True
         generator.on_call(request.role, time.perf_counter() - began)
         return GenerationResponse((folded.turn(),), folded.usage)
