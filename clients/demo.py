@@ -1,9 +1,10 @@
 """``rehearsal-gateway demo``: the main job on a laptop, end to end, in well under two minutes.
 
-It starts an engine twin (a labelled simulation of vLLM serving EnvACE, with the ``h100`` latency
-profile scaled down), the gateway on its embedded defaults (in-process store), and the example
-agent, which works through the worlds' tasks for real three times: rehearsal off, parallel K=4
-and sequential K=4. Each configuration runs under its own API key, so the gateway keeps their
+It starts an engine twin (a labelled simulation of vLLM serving EnvACE, with the ``h100``
+latency profile scaled down), the gateway on its embedded defaults (the in-process store, or
+Redis when one answers on 127.0.0.1:6379, under a key prefix of this run's own that is dropped at
+the end), and the example agent, which works through the worlds' tasks for real three times:
+rehearsal off, parallel K=4 and sequential K=4. Each configuration runs under its own API key, so the gateway keeps their
 memory and grounding apart (tenants) and the three can run side by side without influencing each
 other; within a configuration tasks run one after another, so the outcomes are the same for the
 same seed.
@@ -61,6 +62,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--tool-scale", type=float, default=0.5, help="scales real tool latency")
     parser.add_argument("--max-turns", type=int, default=6, help="the agent's turn limit per task")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--redis",
+        default="auto",
+        metavar="URL|auto|none",
+        help="the gateway's store: auto = Redis on 127.0.0.1:6379 if it answers, else in-process",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.set_defaults(func=run)
 
@@ -273,7 +280,54 @@ async def _run_all(gateway: str, args: argparse.Namespace, console: Any) -> list
         return list(await asyncio.gather(*runs))
 
 
-def _start_stack(children: list[_Child], workdir: Path, args: argparse.Namespace) -> str:
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+
+
+def _redis_url(choice: str) -> str | None:
+    """The Redis the gateway should use: ``auto`` means the local one, when it answers."""
+    if choice == "none":
+        return None
+    if choice != "auto":
+        return choice
+    import redis
+
+    client = redis.Redis.from_url(DEFAULT_REDIS, socket_timeout=0.5, socket_connect_timeout=0.5)
+    try:
+        return DEFAULT_REDIS if client.ping() else None
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _store(choice: str) -> Iterator[dict[str, str]]:
+    """The gateway's store settings; a Redis prefix of this run's own, dropped afterwards."""
+    url = _redis_url(choice)
+    if url is None:
+        yield {}
+        return
+    import uuid
+
+    import redis
+
+    prefix = f"rgw-demo-{uuid.uuid4().hex[:12]}:"
+    try:
+        yield {"RGW_REDIS_URL": url, "RGW_REDIS_PREFIX": prefix}
+    finally:
+        client = redis.Redis.from_url(url, socket_timeout=2)
+        try:
+            for key in client.scan_iter(match=prefix + "*"):
+                client.delete(key)
+        except redis.RedisError:
+            pass  # every key expires anyway (server/keys.py gives each one a TTL)
+        finally:
+            client.close()
+
+
+def _start_stack(
+    children: list[_Child], workdir: Path, args: argparse.Namespace, store: dict[str, str]
+) -> str:
     """Start the twin and the gateway; the gateway's base URL once both answer."""
     twin_port, gateway_port = _free_port(), _free_port()
     cli = [sys.executable, "-m", "clients.cli"]
@@ -289,7 +343,7 @@ def _start_stack(children: list[_Child], workdir: Path, args: argparse.Namespace
     gateway = _spawn(children, "gateway", [
         *cli, "serve", "--engine", f"http://127.0.0.1:{twin_port}/v1",
         "--port", str(gateway_port), "--log-level", "warning",
-    ], workdir, env={"RGW_API_KEYS": ",".join(DEMO_KEYS.values())})  # fmt: skip
+    ], workdir, env={"RGW_API_KEYS": ",".join(DEMO_KEYS.values()), **store})  # fmt: skip
     url = f"http://127.0.0.1:{gateway_port}"
     _wait_ready(gateway, url + "/ready")
     return url
@@ -317,15 +371,20 @@ def run(args: argparse.Namespace) -> int:
     # The children run in their own sessions, so a SIGTERM to the demo reaches only the demo:
     # turn it into an exit that unwinds through _children(), or twin and gateway outlive it.
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    with tempfile.TemporaryDirectory(prefix="rgw-demo-") as tmp, _children() as children:
+    with (
+        tempfile.TemporaryDirectory(prefix="rgw-demo-") as tmp,
+        _store(args.redis) as store,
+        _children() as children,
+    ):
         console.print(
             "[bold]Engine twin[/bold]: a SIMULATION of vLLM serving EnvACE-Qwen3-8B "
             f"(skill {args.skill}, fidelity {args.fidelity}, h100 latency × {args.latency_scale})"
         )
         try:
-            gateway_url = _start_stack(children, Path(tmp), args)
+            gateway_url = _start_stack(children, Path(tmp), args, store)
+            kind = "Redis, a key prefix of this run's own" if store else "in-process store"
             console.print(
-                f"gateway on {gateway_url} (embedded defaults: in-process store); "
+                f"gateway on {gateway_url} (embedded defaults: {kind}); "
                 f"worlds {', '.join(_worlds(args))}, {_task_count(args)} tasks each; "
                 f"real tools {120 * args.tool_scale:.0f} ms reads, {350 * args.tool_scale:.0f} ms "
                 "writes"

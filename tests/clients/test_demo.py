@@ -101,3 +101,35 @@ def test_terminated_demo_stops_its_processes() -> None:
         demo.stdout.read()
     assert _alive(f"--port {port.group(1)} ") == []
     assert _alive(f"--port {twin_port.group(1)} ") == []
+
+
+def _outcomes(path: Path) -> dict[str, dict[str, object]]:
+    """The reproducible part of a ``--json`` document: every run's counts, no timings."""
+    runs = json.loads(path.read_text())["runs"]
+    keep = ("successes", "tool_errors", "real_calls", "turns", "vetoes", "fidelity", "tokens")
+    return {run["name"]: {key: run[key] for key in keep} for run in runs}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_demo_on_redis_equals_the_in_process_store(tmp_path: Path) -> None:
+    """With Redis answering, the demo uses it (keys dropped afterwards) and the outcomes match."""
+    import redis
+
+    documents = {}
+    for store in ("auto", "none"):
+        out = tmp_path / f"{store}.json"
+        done = subprocess.run(
+            cli_argv("demo", "--short", "--redis", store, "--json", str(out)),
+            cwd=ROOT, capture_output=True, text=True, timeout=140, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        expected = "Redis" if store == "auto" else "in-process store"
+        assert expected in done.stdout
+        documents[store] = _outcomes(out)
+    assert documents["auto"] == documents["none"]
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    try:
+        assert list(client.scan_iter(match="rgw-demo-*")) == []
+    finally:
+        client.close()
