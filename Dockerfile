@@ -28,9 +28,13 @@ RUN pip install --no-deps . \
     && python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
 
 FROM ${PYTHON_IMAGE} AS runtime
+# Listen on every interface through the environment, not through CMD: arguments given to
+# `docker run IMAGE --engine ...` replace CMD, and the gateway must still be reachable.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    RGW_HOST=0.0.0.0 \
+    RGW_PORT=8000
 RUN groupadd --system --gid 10001 gateway \
     && useradd --system --uid 10001 --gid gateway --home-dir /home/gateway --create-home gateway
 COPY --from=build /opt/venv /opt/venv
@@ -41,4 +45,3 @@ EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
 ENTRYPOINT ["rehearsal-gateway", "serve"]
-CMD ["--host", "0.0.0.0", "--port", "8000"]
