@@ -4,10 +4,10 @@ It starts an engine twin (a labelled simulation of vLLM serving EnvACE, with the
 latency profile scaled down), the gateway on its embedded defaults (the in-process store, or
 Redis when one answers on 127.0.0.1:6379, under a key prefix of this run's own that is dropped at
 the end), and the example agent, which works through the worlds' tasks for real three times:
-rehearsal off, parallel K=4 and sequential K=4. Each configuration runs under its own API key, so the gateway keeps their
-memory and grounding apart (tenants) and the three can run side by side without influencing each
-other; within a configuration tasks run one after another, so the outcomes are the same for the
-same seed.
+rehearsal off, parallel K=4 and sequential K=4. Each configuration runs under its own API key,
+so the gateway keeps their memory and grounding apart (tenants) and the three can run side by
+side without influencing each other; within a configuration tasks run one after another, so the
+outcomes are the same for the same seed.
 
 It ends with a table of outcomes (reproducible for a fixed seed) and one of cost (tokens are
 reproducible, latencies are measured and vary), cleans up every process it started, and exits
