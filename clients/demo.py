@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 
+STOP_GRACE_S = 5.0  # how long the twin and the gateway get to stop before they are killed
 DEMO_KEYS = {"off": "demo-off-key", "parallel": "demo-parallel-key", "sequential": "demo-seq-key"}
 MODEL = "EnvACE-Qwen3-8B"
 SHORT_WORLD, SHORT_TASKS = "retail", 4
@@ -123,21 +124,27 @@ class _Child:
 
 @contextlib.contextmanager
 def _children() -> Iterator[list[_Child]]:
-    """Every process the demo starts, stopped (with their process groups) however it ends."""
+    """Every process the demo starts, stopped (with their process groups) however it ends.
+
+    All are asked to stop at once and given one shared grace period, so a demo interrupted
+    mid-run (requests still in flight) is gone within seconds; stragglers are killed.
+    """
     started: list[_Child] = []
     try:
         yield started
     finally:
-        for child in reversed(started):
-            if child.popen.poll() is None:
+        alive = [child for child in reversed(started) if child.popen.poll() is None]
+        for child in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in alive:
+            try:
+                child.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.popen.pid, signal.SIGTERM)
-                try:
-                    child.popen.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(child.popen.pid, signal.SIGKILL)
-                    child.popen.wait(timeout=5)
+                    os.killpg(child.popen.pid, signal.SIGKILL)
+                child.popen.wait(timeout=5)
 
 
 def _spawn(
@@ -271,13 +278,22 @@ def tables(outcomes: list[Outcome], seed: int) -> tuple[Any, Any]:
 async def _run_all(gateway: str, args: argparse.Namespace, console: Any) -> list[Outcome]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    # While the agents run, SIGTERM cancels them: an exception raised from a signal handler at an
+    # arbitrary point could leave the progress display's lock held and hang the exit.
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    loop.add_signal_handler(signal.SIGTERM, main.cancel)
     columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress("[progress.description]{task.description}", *columns, console=console) as bar:
-        runs = [
-            _run_configuration(name, knobs, gateway, args, bar)
-            for name, knobs in _configurations(args.budget, args.commit)
-        ]
-        return list(await asyncio.gather(*runs))
+    try:
+        with Progress("[progress.description]{task.description}", *columns, console=console) as bar:
+            runs = [
+                _run_configuration(name, knobs, gateway, args, bar)
+                for name, knobs in _configurations(args.budget, args.commit)
+            ]
+            return list(await asyncio.gather(*runs))
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -388,6 +404,9 @@ def run(args: argparse.Namespace) -> int:
             )
             outcomes = asyncio.run(_run_all(gateway_url, args, console))
             problems = _problems(outcomes, children)
+        except asyncio.CancelledError:
+            console.print("demo interrupted (SIGTERM): stopping the twin and the gateway")
+            return 128 + signal.SIGTERM
         except Exception as exc:
             console.print(f"[red]demo failed:[/red] {type(exc).__name__}: {exc}")
             for child in children:
