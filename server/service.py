@@ -262,7 +262,7 @@ class CheckResult:
 
 
 class ReadinessCheck(Protocol):
-    """One dependency ``/ready`` waits for (engines now; the store once rehearsal lands)."""
+    """One dependency ``/ready`` reports: the engines, and (not critical) the store."""
 
     @property
     def name(self) -> str: ...
