@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -44,6 +45,25 @@ def prefix() -> Iterator[str]:
 
 def _tool_message(call_id: str, result: object) -> dict[str, str]:
     return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)}
+
+
+def _answered_first_turn(client: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """Commit the first turn of task 0, run it on the world: (completion, conversation + result)."""
+    task = WORLD.tasks[0]
+    messages = opening(WORLD, task)
+    first = chat(client, WORLD, messages, seed=1, **KNOBS)
+    ((call_id, result),) = run_committed(WORLD, WORLD.new_state(task), first)
+    return first, [*messages, assistant_turn(first), _tool_message(call_id, result)]
+
+
+@pytest.fixture
+def two_tenants(start_twin, start_gateway, prefix: str) -> str:  # type: ignore[no-untyped-def]
+    """A gateway on Redis with two API keys (two tenants); its URL."""
+    env = {"RGW_REDIS_URL": "redis://127.0.0.1:6379/0", "RGW_REDIS_PREFIX": prefix,
+           "RGW_API_KEYS": "key-one,key-two"}  # fmt: skip
+    twin = start_twin("--world", "retail", "--seed", "2", "--skill", "1.0")
+    url: str = start_gateway(twin.url + "/v1", env=env).url
+    return url
 
 
 def _sdk(url: str, key: str = "unused"):  # type: ignore[no-untyped-def]
@@ -101,11 +121,8 @@ def test_grounding_reaches_the_next_rehearsal_prompt(start_twin, start_double, s
     twin = start_twin("--world", "retail", "--seed", "2", "--skill", "1.0")
     gateway = start_gateway(twin.url + "/v1", env=env)
     task = WORLD.tasks[0]
-    messages = opening(WORLD, task)
-    first = chat(_sdk(gateway.url), WORLD, messages, seed=1, **KNOBS)
-    ((call_id, result),) = run_committed(WORLD, WORLD.new_state(task), first)
-    messages += [assistant_turn(first), _tool_message(call_id, result)]
-    chat(_sdk(gateway.url), WORLD, messages, seed=2, **KNOBS)
+    first, answered = _answered_first_turn(_sdk(gateway.url))
+    chat(_sdk(gateway.url), WORLD, answered, seed=2, **KNOBS)
     # A gateway whose rehearsal engine echoes its prompt shows what the rehearsal role received.
     echo = start_double("echo", model=TWIN_MODEL)
     seeing = start_gateway(twin.url + "/v1,roles=act", echo.url + "/v1,roles=rehearse", env=env)
@@ -123,27 +140,19 @@ def test_grounding_reaches_the_next_rehearsal_prompt(start_twin, start_double, s
     assert any(few_shot in raw for raw in prompts), prompts[0][:800]
 
 
-def test_tenants_never_share_grounding_or_traces(start_twin, start_gateway, prefix: str) -> None:
+def test_tenants_never_share_grounding_or_traces(two_tenants: str) -> None:
     """Grounding and traces written under one API key are invisible under another."""
-    env = {"RGW_REDIS_URL": "redis://127.0.0.1:6379/0", "RGW_REDIS_PREFIX": prefix,
-           "RGW_API_KEYS": "key-one,key-two"}  # fmt: skip
-    twin = start_twin("--world", "retail", "--seed", "2", "--skill", "1.0")
-    gateway = start_gateway(twin.url + "/v1", env=env)
-    one, two = _sdk(gateway.url, "key-one"), _sdk(gateway.url, "key-two")
-    task = WORLD.tasks[0]
-    messages = opening(WORLD, task)
-    first = chat(one, WORLD, messages, seed=1, **KNOBS)
-    ((call_id, result),) = run_committed(WORLD, WORLD.new_state(task), first)
-    messages += [assistant_turn(first), _tool_message(call_id, result)]
+    one, two = _sdk(two_tenants, "key-one"), _sdk(two_tenants, "key-two")
+    first, answered = _answered_first_turn(one)
     # Key two sends key one's tool result: it is not theirs to record.
-    assert rehearsal_of(chat(two, WORLD, messages, seed=2, **KNOBS))["feedback"] == []
-    assert len(rehearsal_of(chat(one, WORLD, messages, seed=2, **KNOBS))["feedback"]) == 1
+    assert rehearsal_of(chat(two, WORLD, answered, seed=2, **KNOBS))["feedback"] == []
+    assert len(rehearsal_of(chat(one, WORLD, answered, seed=2, **KNOBS))["feedback"]) == 1
     rid = rehearsal_of(first)["id"]
     headers = {"Authorization": "Bearer key-two"}
-    response = httpx.get(f"{gateway.url}/v1/rehearsals/{rid}", headers=headers, timeout=5)
+    response = httpx.get(f"{two_tenants}/v1/rehearsals/{rid}", headers=headers, timeout=5)
     assert response.status_code == 404
     headers = {"Authorization": "Bearer key-one"}
-    assert httpx.get(f"{gateway.url}/v1/rehearsals/{rid}", headers=headers).status_code == 200
+    assert httpx.get(f"{two_tenants}/v1/rehearsals/{rid}", headers=headers).status_code == 200
 
 
 def _examples(url: str, key: str, rid: str) -> list[int]:
@@ -152,23 +161,16 @@ def _examples(url: str, key: str, rid: str) -> list[int]:
             for o in s["observations"]]  # fmt: skip
 
 
-def test_grounding_is_per_tenant(start_twin, start_gateway, prefix: str) -> None:
+def test_grounding_is_per_tenant(two_tenants: str) -> None:
     """After key one grounds a tool, key one's rehearsals carry examples and key two's do not."""
-    env = {"RGW_REDIS_URL": "redis://127.0.0.1:6379/0", "RGW_REDIS_PREFIX": prefix,
-           "RGW_API_KEYS": "key-one,key-two"}  # fmt: skip
-    twin = start_twin("--world", "retail", "--seed", "2", "--skill", "1.0")
-    gateway = start_gateway(twin.url + "/v1", env=env)
-    one, two = _sdk(gateway.url, "key-one"), _sdk(gateway.url, "key-two")
-    task = WORLD.tasks[0]
-    messages = opening(WORLD, task)
-    first = chat(one, WORLD, messages, seed=1, **KNOBS)
-    ((call_id, result),) = run_committed(WORLD, WORLD.new_state(task), first)
-    chat(one, WORLD, [*messages, assistant_turn(first), _tool_message(call_id, result)],
-         seed=2, **KNOBS)  # fmt: skip
+    one, two = _sdk(two_tenants, "key-one"), _sdk(two_tenants, "key-two")
+    _, answered = _answered_first_turn(one)
+    chat(one, WORLD, answered, seed=2, **KNOBS)
+    messages = opening(WORLD, WORLD.tasks[0])
     mine = rehearsal_of(chat(one, WORLD, messages, seed=1, **KNOBS))["id"]
     theirs = rehearsal_of(chat(two, WORLD, messages, seed=1, **KNOBS))["id"]
-    assert max(_examples(gateway.url, "key-one", mine)) >= 1
-    assert max(_examples(gateway.url, "key-two", theirs)) == 0
+    assert max(_examples(two_tenants, "key-one", mine)) >= 1
+    assert max(_examples(two_tenants, "key-two", theirs)) == 0
 
 
 @pytest.fixture
