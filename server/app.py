@@ -26,6 +26,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.auth import ApiKeyMiddleware, ApiKeyRing
+from server.discovery import EngineDiscovery, Resolver, resolve_system
 from server.engines import EnginePool
 from server.errors import (
     GatewayError,
@@ -76,14 +77,17 @@ CHAT_PATH = "/v1/chat/completions"
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"; only ever in metrics
 
 
-def create_app(settings: GatewaySettings) -> FastAPI:
-    """A gateway app for ``settings``; resources are created when its lifespan starts."""
+def create_app(settings: GatewaySettings, *, resolver: Resolver = resolve_system) -> FastAPI:
+    """A gateway app for ``settings``; resources are created when its lifespan starts.
+
+    ``resolver`` answers the DNS questions of ``discover=dns`` engines (the system's by default).
+    """
     metrics = GatewayMetrics(settings.metrics_dir)
     keyring = ApiKeyRing(key.get_secret_value() for key in settings.api_keys)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, GatewayState]]:
-        async with open_state(settings, metrics, keyring) as state:
+        async with open_state(settings, metrics, keyring, resolver) as state:
             yield {STATE_KEY: state}
 
     app = FastAPI(
@@ -111,7 +115,10 @@ def app_from_environment() -> FastAPI:
 
 @asynccontextmanager
 async def open_state(
-    settings: GatewaySettings, metrics: GatewayMetrics, keyring: ApiKeyRing
+    settings: GatewaySettings,
+    metrics: GatewayMetrics,
+    keyring: ApiKeyRing,
+    resolver: Resolver = resolve_system,
 ) -> AsyncIterator[GatewayState]:
     """Create every resource, run until the app stops, then release them in reverse order."""
     pool = EnginePool.from_specs(
@@ -122,7 +129,12 @@ async def open_state(
         queue_timeout=settings.queue_timeout,
     )
     metrics.start_series(engine.name for engine in pool.engines)
-    connections = sum(engine.max_concurrency for engine in pool.engines) + 4 * len(pool.engines)
+    # A discovered group may grow; size the (https-only) shared pool for a few engines each.
+    default = settings.engine_max_concurrency
+    connections = sum(
+        ((spec.max_concurrency or default) + 4) * (4 if spec.discover else 1)
+        for spec in settings.engines
+    )
     http = httpx.AsyncClient(
         timeout=httpx.Timeout(
             connect=settings.connect_timeout,
@@ -153,10 +165,21 @@ async def open_state(
     state = GatewayState(settings, metrics, keyring, http, pool, engines, chat, store, rehearsal)
     state.checks.append(EnginesReady(pool))
     state.checks.append(StoreReady(store))
+    discovery = EngineDiscovery(
+        pool,
+        [spec for spec in settings.engines if spec.discover],
+        engines.probe,
+        settings.engine_max_concurrency,
+        resolver,
+    )
     try:
+        await discovery.refresh()
         await pool.check_all(engines.probe)
         interval = settings.health_interval
         health = asyncio.create_task(pool.run_health_checks(engines.probe, interval))
+        tasks = [health]
+        if discovery.groups:
+            tasks.append(asyncio.create_task(discovery.run(settings.discovery_interval)))
         log.info(
             "gateway ready: %d engine(s), %d healthy; API keys %s; store %s",
             len(pool.engines),
@@ -167,9 +190,10 @@ async def open_state(
         try:
             yield state
         finally:
-            health.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await health
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
     finally:
         await store.close()
         await http.aclose()

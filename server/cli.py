@@ -28,8 +28,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--engine",
         action="append",
-        metavar="URL[,name=N][,roles=act+rehearse][,model=M][,max_concurrency=C]",
-        help="an engine's OpenAI base URL, e.g. http://127.0.0.1:8100/v1 (repeatable)",
+        metavar="URL[,name=N][,roles=act+rehearse][,model=M][,max_concurrency=C][,discover=dns]",
+        help="an engine's OpenAI base URL, e.g. http://127.0.0.1:8100/v1 (repeatable); with "
+        "discover=dns the host stands for every address it resolves to",
+    )
+    parser.add_argument(
+        "--discovery-interval",
+        type=float,
+        metavar="SECONDS",
+        help="how often a discover=dns engine name is resolved again (default 10)",
     )
     parser.add_argument(
         "--alias", action="append", metavar="PUBLIC=SERVED", help="a public model name (repeatable)"
@@ -55,6 +62,9 @@ def _export(args: argparse.Namespace) -> None:
     values: dict[str, str | None] = {
         "ENGINES": orjson.dumps(args.engine).decode() if args.engine else None,
         "ALIASES": ",".join(args.alias) if args.alias else None,
+        "DISCOVERY_INTERVAL": None
+        if args.discovery_interval is None
+        else str(args.discovery_interval),
         "REDIS_URL": args.redis,
         "HOST": args.host,
         "PORT": None if args.port is None else str(args.port),

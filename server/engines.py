@@ -11,6 +11,10 @@ limit, the least-loaded healthy engine with room takes the call; when all are fu
 Health comes from two sides: a periodic probe (``/health``, ``/metrics`` for the queue depth,
 ``/v1/models`` for served names) and passive marking when a call cannot connect. The pool holds no
 HTTP client: probing is a function handed to ``run_health_checks``.
+
+The set of engines may change while serving: ``replace_group`` swaps the members of one
+discovered group (``server/discovery.py``). Calls in flight on a departed engine finish there;
+only new calls stop going to it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Engine:
 
     spec: EngineSpec
     max_concurrency: int
+    group: str = ""  # the discovered name this engine is one address of; "" when configured
     name: str = ""
     base_url: str = ""  # ends in /v1
     root_url: str = ""  # where /health and /metrics live
@@ -113,8 +118,37 @@ class EnginePool:
         aliases: dict[str, str],
         queue_timeout: float,
     ) -> EnginePool:
-        engines = [Engine(spec, spec.max_concurrency or default_concurrency) for spec in specs]
+        engines = [
+            Engine(spec, spec.max_concurrency or default_concurrency)
+            for spec in specs
+            if spec.discover is None  # a discovered group joins when its name first resolves
+        ]
         return cls(engines, metrics, dict(aliases), queue_timeout)
+
+    def replace_group(
+        self, group: str, specs: Sequence[EngineSpec], default_concurrency: int
+    ) -> list[Engine]:
+        """Make ``specs`` the engines of one discovered group; return the engines that joined.
+
+        Engines present before and after keep their state (health, load, in-flight calls).
+        A new engine starts unhealthy: the caller probes it before it takes traffic.
+        """
+        current = {engine.name: engine for engine in self.engines if engine.group == group}
+        wanted = {spec.label: spec for spec in specs}
+        gone = [engine for name, engine in current.items() if name not in wanted]
+        added = [
+            Engine(spec, spec.max_concurrency or default_concurrency, group=group)
+            for name, spec in wanted.items()
+            if name not in current
+        ]
+        self.engines = [engine for engine in self.engines if engine not in gone] + added
+        for engine in gone:
+            log.info("engine %s left %s (no longer resolved)", engine.name, group)
+            self.metrics.forget_engine(engine.name)
+        for engine in added:
+            log.info("engine %s joined %s", engine.name, group)
+        self.metrics.start_series(engine.name for engine in added)
+        return added
 
     # ---- models
 
@@ -127,9 +161,11 @@ class EnginePool:
         if requested is None:
             return None
         served = self.aliases.get(requested, requested)
-        # An engine whose models are not known yet (never reached) might serve it: let routing
-        # answer 503 for that case rather than claim the model does not exist.
-        if any(served in engine.models or not engine.models for engine in self.engines):
+        # An engine whose models are not known yet (never reached), or one not discovered yet,
+        # might serve it: let routing answer 503 rather than claim the model does not exist.
+        if not self.engines or any(
+            served in engine.models or not engine.models for engine in self.engines
+        ):
             return served
         raise ModelNotFound(f"the model '{requested}' does not exist", param="model")
 
@@ -215,7 +251,9 @@ class EnginePool:
         self.metrics.engine_state(engine.name, healthy=False, queue_depth=engine.queue_depth)
 
     def apply(self, engine: Engine, probe: Probe) -> None:
-        """Record one health check's outcome."""
+        """Record one health check's outcome (ignored for an engine that left meanwhile)."""
+        if engine not in self.engines:
+            return
         if probe.healthy != engine.healthy:
             log.info("engine %s is %s", engine.name, "healthy" if probe.healthy else "unhealthy")
         engine.healthy = probe.healthy
@@ -226,8 +264,14 @@ class EnginePool:
 
     async def check_all(self, probe: Callable[[Engine], Awaitable[Probe]]) -> None:
         """Probe every engine once, concurrently."""
-        results = await asyncio.gather(*(probe(engine) for engine in self.engines))
-        for engine, result in zip(self.engines, results, strict=True):
+        await self.check(list(self.engines), probe)
+
+    async def check(
+        self, engines: Sequence[Engine], probe: Callable[[Engine], Awaitable[Probe]]
+    ) -> None:
+        """Probe these engines once, concurrently, and wake callers waiting for room."""
+        results = await asyncio.gather(*(probe(engine) for engine in engines))
+        for engine, result in zip(engines, results, strict=True):
             self.apply(engine, result)
         if self._waiting:
             await self._notify_all()

@@ -13,6 +13,7 @@ and each gauge declares how workers combine (``multiprocess_mode``).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -214,6 +215,18 @@ class GatewayMetrics:
         """The outcome of one health check."""
         self.engine_healthy.labels(engine).set(1.0 if healthy else 0.0)
         self.engine_queue_depth.labels(engine).set(queue_depth)
+
+    def forget_engine(self, engine: str) -> None:
+        """An engine left the pool (discovery): its gauges must not read as a down engine.
+
+        One process drops the series. Multiprocess mode cannot drop a series from the shared
+        files, so it writes NaN, which no comparison in an alert or recording rule matches.
+        """
+        for gauge in (self.engine_healthy, self.engine_queue_depth):
+            if self.multiprocess_dir is None:
+                gauge.remove(engine)
+            else:
+                gauge.labels(engine).set(math.nan)
 
     # ---- rehearsal
 

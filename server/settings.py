@@ -5,8 +5,10 @@ The CLI turns its flags into the same variables, so ``serve --engine URL`` and
 ``GatewaySettings()`` instance is built by whoever starts the app and handed to ``create_app``.
 
 An engine is written ``URL[,key=value…]`` with keys ``name``, ``roles`` (``act+rehearse``),
-``model`` (the engine's served model name; discovered from ``/v1/models`` when omitted) and
-``max_concurrency``. ``RGW_ENGINES`` holds several, separated by whitespace, or a JSON list.
+``model`` (the engine's served model name; discovered from ``/v1/models`` when omitted),
+``max_concurrency`` and ``discover=dns`` (the URL's host names a group of engines, one per address
+it resolves to, re-resolved every ``discovery_interval`` seconds; ``server/discovery.py``).
+``RGW_ENGINES`` holds several, separated by whitespace, or a JSON list.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 Role = Literal["act", "rehearse"]
 ALL_ROLES: frozenset[Role] = frozenset(("act", "rehearse"))
 MASK = "********"
+OPTIONS = ("name", "roles", "model", "max_concurrency", "discover")
 
 
 class EngineSpec(BaseModel):
@@ -33,6 +36,8 @@ class EngineSpec(BaseModel):
     roles: frozenset[Role] = ALL_ROLES
     model: str | None = None
     max_concurrency: int | None = Field(default=None, ge=1)
+    # "dns": the host stands for every address it resolves to (a Kubernetes headless Service).
+    discover: Literal["dns"] | None = None
 
     @field_validator("url")
     @classmethod
@@ -54,8 +59,8 @@ class EngineSpec(BaseModel):
         fields: dict[str, Any] = {"url": url}
         for option in options:
             key, sep, value = option.partition("=")
-            if not sep or key not in ("name", "roles", "model", "max_concurrency"):
-                allowed = "name|roles|model|max_concurrency"
+            if not sep or key not in OPTIONS:
+                allowed = "|".join(OPTIONS)
                 raise ValueError(f"engine options are {allowed}=value, got {option!r}")
             fields[key] = frozenset(value.split("+")) if key == "roles" else value
         return cls.model_validate(fields)
@@ -98,6 +103,8 @@ class GatewaySettings(BaseSettings):
     write_timeout: float = Field(default=30.0, gt=0)
     health_interval: float = Field(default=5.0, gt=0)
     health_timeout: float = Field(default=2.0, gt=0)
+    # Seconds between two resolutions of each `discover=dns` engine name.
+    discovery_interval: float = Field(default=10.0, gt=0)
 
     # Requests.
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)

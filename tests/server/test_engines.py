@@ -141,3 +141,30 @@ async def test_waiters_woken_together_never_exceed_the_concurrency_limit() -> No
     await asyncio.gather(*(one_call(f"k{i}".encode()) for i in range(6)))
     assert peak == 1
     assert engine.in_flight == 0
+
+
+async def test_replacing_a_group_keeps_members_and_moves_only_departed_sessions() -> None:
+    """Members that stay keep their state; only sessions of a departed engine change engine."""
+    pool = make_pool(count=1)
+    group = [
+        EngineSpec(url=f"http://10.0.0.{i}:80/v1", name=f"g/{i}", model="m") for i in (1, 2, 3)
+    ]
+    joined = pool.replace_group("g", group, default_concurrency=2)
+    assert [engine.name for engine in joined] == ["g/1", "g/2", "g/3"]
+    await pool.check(joined, lambda engine: _healthy())
+    keys = [f"s{i}".encode() for i in range(40)]
+    before = {key: route(pool, key).name for key in keys}
+    kept = next(engine for engine in pool.engines if engine.name == "g/2")
+    kept.in_flight = 1
+
+    assert pool.replace_group("g", [group[1], group[2]], default_concurrency=2) == []
+    after = {key: route(pool, key).name for key in keys}
+    assert "g/1" not in after.values()
+    assert {k for k in keys if before[k] != after[k]} == {k for k in keys if before[k] == "g/1"}
+    assert next(e for e in pool.engines if e.name == "g/2") is kept
+    assert kept.in_flight == 1
+    assert [e.name for e in pool.engines] == ["e0", "g/2", "g/3"]
+
+
+async def _healthy() -> Probe:
+    return Probe(healthy=True, models=("m",))

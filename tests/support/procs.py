@@ -85,6 +85,7 @@ def start_http_server(
     ready_path: str = "/health",
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
+    host: str = "127.0.0.1",
 ) -> Proc:
     """Start ``argv`` in its own process group and wait until ``ready_path`` answers 200."""
     full_env = {**os.environ, **(env or {})}
@@ -100,7 +101,7 @@ def start_http_server(
         start_new_session=True,
     )
     log.close()
-    proc = Proc(popen=popen, url=f"http://127.0.0.1:{port}", port=port, log_path=log_path)
+    proc = Proc(popen=popen, url=f"http://{host}:{port}", port=port, log_path=log_path)
     proc.argv = list(argv)
     _wait_http(proc, ready_path, timeout)
     return proc
