@@ -38,10 +38,12 @@ vllm-env:
 demo: install
 	$(PY) -m clients.cli demo $(DEMO_ARGS)
 
-## Gateway pass-through overhead vs. the twin, same run, interleaved rounds (a benchmark, not a test).
+## Benchmarks, not tests: gateway overhead vs. the twin (same run, interleaved rounds), what
+## rehearsal costs and buys, and Redis bytes per session (docs/benchmarks.md, docs/deploy.md).
 bench: install
 	$(PY) -m benchmarks.overhead
 	$(PY) -m benchmarks.rehearsal
+	bash -c 'source scripts/redis.sh && ensure_redis && trap stop_redis_if_started EXIT && $(PY) -m benchmarks.redis_memory'
 
 clean:
 	rm -rf $(VENV) .venv-vllm .cache .pytest_cache .mypy_cache .ruff_cache
