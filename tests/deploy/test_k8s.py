@@ -503,11 +503,11 @@ def test_redis_url_names_the_redis_service(target: str) -> None:
 
 @pytest.mark.parametrize("target", RENDERINGS)
 def test_vllm_engines_serve_envace_on_a_gpu(target: str) -> None:
-    """vLLM 0.11 serves EnvACE with the gateway's flags, one GPU, /dev/shm and a model cache."""
+    """vLLM serves EnvACE with the gateway's flags, one GPU, /dev/shm and a model cache."""
     docs = render(target)
     engine = _one(docs, "Deployment", ENGINES)
     pod, container = _pod(engine), _container(engine)
-    assert container["image"] == "vllm/vllm-openai:v0.11.0"
+    assert container["image"].startswith("vllm/vllm-openai:v")
     assert "command" not in container  # the image's `vllm serve`
     assert container["args"][0] == "Team-ACE/EnvACE-Qwen3-8B"
     argv = " ".join(container["args"])
@@ -565,3 +565,16 @@ def test_service_monitors_scrape_gateway_and_engines(target: str) -> None:
         ]
     assert jobs == {GATEWAY: "rehearsal-gateway", "vllm-engines": "vllm"}
     assert _rule_jobs() == set(jobs.values())
+
+
+@pytest.mark.parametrize("target", RENDERINGS)
+def test_engines_run_what_the_compose_stack_runs(target: str) -> None:
+    """One vLLM release and one set of flags, whether deployed by compose or on Kubernetes."""
+    container = _container(_one(render(target), "Deployment", ENGINES))
+    stack = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    engine = stack["services"]["engine-0"]
+    with_defaults = re.compile(r"\$\{\w+:-([^}]*)\}")
+    image = with_defaults.sub(r"\1", engine["image"])
+    command = [with_defaults.sub(r"\1", str(word)) for word in engine["command"]]
+    assert container["image"] == image
+    assert sorted(container["args"]) == sorted(command)
