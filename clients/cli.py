@@ -16,6 +16,7 @@ from collections.abc import Sequence
 SUBCOMMANDS: tuple[str, ...] = (
     "twin.cli",
     "server.cli",
+    "server.up",
     "clients.top",
     "clients.demo",
     "clients.chat",
