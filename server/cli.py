@@ -13,7 +13,10 @@ import argparse
 import os
 import sys
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from server.settings import GatewaySettings
 
 ENV_PREFIX = "RGW_"
 
@@ -56,19 +59,44 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+class SettingsRefused(ValueError):
+    """The flags and ``RGW_*`` variables do not make settings the gateway can run with."""
+
+
+def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
+    """Export the flags as ``RGW_*`` variables and read the settings ``serve`` would run with.
+
+    ``up`` calls this before it starts any engine, so a mistake costs no minutes of loading.
+    """
+    from pydantic import ValidationError
+
+    from server.settings import GatewaySettings
+
+    _export(args)
+    try:
+        settings = GatewaySettings()
+    except ValidationError as exc:
+        raise SettingsRefused(f"invalid settings\n{exc}") from exc
+    if settings.workers > 1 and settings.redis_url is None:
+        raise SettingsRefused(
+            "--workers > 1 needs --redis URL (RGW_REDIS_URL): with the in-process store each "
+            "worker would keep its own rehearsal memory, and a tool result reaching another "
+            "worker than the one that committed the call would be lost"
+        )
+    return settings
+
+
 def _export(args: argparse.Namespace) -> None:
     import orjson
 
     values: dict[str, str | None] = {
         "ENGINES": orjson.dumps(args.engine).decode() if args.engine else None,
         "ALIASES": ",".join(args.alias) if args.alias else None,
-        "DISCOVERY_INTERVAL": None
-        if args.discovery_interval is None
-        else str(args.discovery_interval),
+        "DISCOVERY_INTERVAL": _text(args.discovery_interval),
         "REDIS_URL": args.redis,
         "HOST": args.host,
-        "PORT": None if args.port is None else str(args.port),
-        "WORKERS": None if args.workers is None else str(args.workers),
+        "PORT": _text(args.port),
+        "WORKERS": _text(args.workers),
         "API_KEYS": orjson.dumps(args.api_key).decode() if args.api_key else None,
         "LOG_LEVEL": args.log_level,
     }
@@ -77,28 +105,22 @@ def _export(args: argparse.Namespace) -> None:
             os.environ[ENV_PREFIX + name] = value
 
 
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the gateway and block until it stops."""
     import orjson
     import uvicorn
-    from pydantic import ValidationError
 
     from server.logs import log_config
     from server.settings import GatewaySettings
 
-    _export(args)
     try:
-        settings = GatewaySettings()
-    except ValidationError as exc:
-        print(f"rehearsal-gateway serve: invalid settings\n{exc}", file=sys.stderr)
-        return 2
-    if settings.workers > 1 and settings.redis_url is None:
-        print(
-            "rehearsal-gateway serve: --workers > 1 needs --redis URL (RGW_REDIS_URL): with the "
-            "in-process store each worker would keep its own rehearsal memory, and a tool result "
-            "reaching another worker than the one that committed the call would be lost",
-            file=sys.stderr,
-        )
+        settings = settings_from_args(args)
+    except SettingsRefused as exc:
+        print(f"rehearsal-gateway serve: {exc}", file=sys.stderr)
         return 2
     if settings.redis_url is None:
         print("rehearsal store: in-process (no Redis URL configured; one process only)", flush=True)

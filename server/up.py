@@ -179,18 +179,12 @@ def _free_ports(count: int) -> list[int]:
 
 def _check_gateway(args: argparse.Namespace) -> None:
     """Reject, before minutes of loading, what ``serve`` would reject once the engines are up."""
-    from pydantic import ValidationError
-
     from server import cli as serve_cli
-    from server.settings import GatewaySettings
 
-    serve_cli._export(args)
     try:
-        settings = GatewaySettings()
-    except ValidationError as exc:
-        raise UsageError(f"invalid settings\n{exc}") from exc
-    if settings.workers > 1 and settings.redis_url is None:
-        raise UsageError("--workers > 1 needs --redis URL, as for serve")
+        settings = serve_cli.settings_from_args(args)
+    except serve_cli.SettingsRefused as exc:
+        raise UsageError(str(exc)) from exc
     if settings.port == 0:
         return
     family, kind, proto, _, address = socket.getaddrinfo(
