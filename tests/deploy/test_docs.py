@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import shlex
 
+from clients.cli import build_parser
 from tests.deploy import promql
 
 DOCS = promql.ROOT / "docs"
@@ -41,3 +43,27 @@ def test_deploy_doc_names_the_files_it_describes() -> None:
         if path.startswith("deploy/models"):
             continue  # where the operator puts the weights; not in the repository
         assert (promql.ROOT / path).exists(), path
+
+
+def _shell_commands(text: str, program: str) -> list[list[str]]:
+    """The command lines of the page's bash blocks that run ``program``, split as a shell would."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            while words and re.fullmatch(r"\w+=\S*", words[0]):
+                words.pop(0)  # VAR=value before the command
+            if words[:2] == program.split():
+                commands.append(words[1:])
+    return commands
+
+
+def test_deploy_doc_up_commands_parse() -> None:
+    """Every `rehearsal-gateway up` example is accepted by the real command line parser."""
+    commands = _shell_commands(DEPLOY_DOC, "rehearsal-gateway up")
+    assert len(commands) >= 2
+    parser = build_parser()
+    for words in commands:
+        args = parser.parse_args(words)
+        assert args.model
+        assert args.func.__module__ == "server.up"
