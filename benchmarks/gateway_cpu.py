@@ -1,0 +1,124 @@
+"""The gateway's own CPU per request, pass-through and rehearsed, for sizing replicas.
+
+Starts an engine twin with ``--latency zero`` (so the engine costs no wall time) and a gateway in
+front of it, then sends the same world requests (system prompt, task, the world's tools) with
+rehearsal off and with parallel rehearsal (K = 4, depth 1, ``reflect``: six engine calls), in
+interleaved rounds, and reads the gateway process's CPU time (``/proc/PID/stat``) around each
+round. The result is gateway CPU milliseconds per request; docs/deploy.md turns it into gateway
+replicas per engine.
+
+    python -m benchmarks.gateway_cpu [--requests 200] [--rounds 2] [--concurrency 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.procs import cli_argv, free_port, start_http_server  # noqa: E402
+from twin.worlds import World, load_world  # noqa: E402
+
+MODEL = "EnvACE-Qwen3-8B"
+MODES: dict[str, dict[str, Any] | None] = {
+    "pass-through": None,
+    "parallel K=4": {"mode": "parallel", "budget": 4, "depth": 1, "commit": "reflect"},
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def body(world: World, i: int, knobs: dict[str, Any] | None) -> dict[str, Any]:
+    task = world.tasks[i % len(world.tasks)]
+    request: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": world.system_prompt},
+            {"role": "user", "content": task.instruction},
+        ],
+        "tools": world.tool_schemas(),
+        "seed": i,
+    }
+    if knobs is not None:
+        request["rehearsal"] = knobs
+    return request
+
+
+async def send(url: str, world: World, knobs: dict[str, Any] | None, count: int, conc: int) -> None:
+    """``count`` requests, ``conc`` at a time, one session each; any non-200 stops the run."""
+    gate = asyncio.Semaphore(conc)
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+
+        async def one(i: int) -> None:
+            async with gate:
+                headers = {"X-Session-Id": f"cpu-{i}"}
+                answer = await client.post(
+                    "/v1/chat/completions", json=body(world, i, knobs), headers=headers
+                )
+                if answer.status_code != 200:
+                    raise RuntimeError(f"HTTP {answer.status_code}: {answer.text[:300]}")
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--world", default="retail", choices=["airline", "retail", "bank"])
+    args = parser.parse_args()
+
+    world = load_world(args.world)
+    per_request: dict[str, list[float]] = {name: [] for name in MODES}
+    with tempfile.TemporaryDirectory(prefix="rgw-cpu-") as tmp:
+        twin_port, gateway_port = free_port(), free_port()
+        twin = start_http_server(
+            cli_argv("twin", "--port", str(twin_port), "--latency", "zero", "--seed", "1"),
+            port=twin_port, log_path=Path(tmp) / "twin.log",
+        )  # fmt: skip
+        gateway = start_http_server(
+            cli_argv("serve", "--port", str(gateway_port), "--engine", twin.url + "/v1"),
+            port=gateway_port, log_path=Path(tmp) / "gateway.log",
+        )  # fmt: skip
+        try:
+            for knobs in MODES.values():  # warm-up: imports, connections, caches
+                asyncio.run(send(gateway.url, world, knobs, 20, args.concurrency))
+            for _ in range(args.rounds):
+                for name, knobs in MODES.items():
+                    before = cpu_seconds(gateway.popen.pid)
+                    asyncio.run(send(gateway.url, world, knobs, args.requests, args.concurrency))
+                    spent = cpu_seconds(gateway.popen.pid) - before
+                    per_request[name].append(spent / args.requests * 1000)
+        finally:
+            gateway.stop()
+            twin.stop()
+
+    shape = f"{args.requests} requests x {args.rounds} rounds, concurrency {args.concurrency}"
+    print(f"gateway CPU per request ({args.world} world with tools, {shape}, twin latency zero)")
+    for name, values in per_request.items():
+        shown = ", ".join(f"{v:.2f}" for v in values)
+        print(f"  {name:<14} median {statistics.median(values):.2f} ms  (rounds: {shown})")
+    ratio = statistics.median(per_request["parallel K=4"]) / statistics.median(
+        per_request["pass-through"]
+    )
+    print(f"  rehearsed / pass-through: {ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
