@@ -39,7 +39,8 @@ demo: install
 	$(PY) -m clients.cli demo $(DEMO_ARGS)
 
 ## Benchmarks, not tests: gateway overhead vs. the twin (same run, interleaved rounds), what
-## rehearsal costs and buys, gateway CPU per request and Redis bytes per session (docs/benchmarks.md, docs/deploy.md).
+## rehearsal costs and buys, gateway CPU per request and Redis bytes per session
+## (docs/benchmarks.md, docs/deploy.md).
 bench: install
 	$(PY) -m benchmarks.overhead
 	$(PY) -m benchmarks.rehearsal

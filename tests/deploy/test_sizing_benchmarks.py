@@ -1,4 +1,4 @@
-"""The Redis sizing in docs/deploy.md comes from a benchmark that must keep running."""
+"""The sizing in docs/deploy.md comes from two benchmarks that must keep running."""
 
 from __future__ import annotations
 
@@ -34,3 +34,19 @@ def test_redis_memory_benchmark_measures_every_session() -> None:
     assert "1,000 such sessions" in out
     # It wrote under a prefix of its own and dropped every key before exiting.
     assert list(redis.Redis().scan_iter(match="rgw-size-*")) == []
+
+
+def test_gateway_cpu_benchmark_reports_both_modes() -> None:
+    """Pass-through and rehearsed CPU per request are measured, and rehearsal costs more."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gateway_cpu", "--requests", "50", "--rounds", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    medians = dict(re.findall(r"^  (\S.*?\S)\s+median ([\d.]+) ms", done.stdout, re.M))
+    assert medians.keys() == {"pass-through", "parallel K=4"}
+    assert float(medians["parallel K=4"]) > float(medians["pass-through"])
