@@ -26,10 +26,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.rehearsal import world_request  # noqa: E402
 from tests.support.procs import cli_argv, free_port, start_http_server  # noqa: E402
 from twin.worlds import World, load_world  # noqa: E402
 
-MODEL = "EnvACE-Qwen3-8B"
 MODES: dict[str, dict[str, Any] | None] = {
     "pass-through": None,
     "parallel K=4": {"mode": "parallel", "budget": 4, "depth": 1, "commit": "reflect"},
@@ -42,22 +42,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def body(world: World, i: int, knobs: dict[str, Any] | None) -> dict[str, Any]:
-    task = world.tasks[i % len(world.tasks)]
-    request: dict[str, Any] = {
-        "model": MODEL,
-        "messages": [
-            {"role": "system", "content": world.system_prompt},
-            {"role": "user", "content": task.instruction},
-        ],
-        "tools": world.tool_schemas(),
-        "seed": i,
-    }
-    if knobs is not None:
-        request["rehearsal"] = knobs
-    return request
-
-
 async def send(url: str, world: World, knobs: dict[str, Any] | None, count: int, conc: int) -> None:
     """``count`` requests, ``conc`` at a time, one session each; any non-200 stops the run."""
     gate = asyncio.Semaphore(conc)
@@ -67,7 +51,7 @@ async def send(url: str, world: World, knobs: dict[str, Any] | None, count: int,
             async with gate:
                 headers = {"X-Session-Id": f"cpu-{i}"}
                 answer = await client.post(
-                    "/v1/chat/completions", json=body(world, i, knobs), headers=headers
+                    "/v1/chat/completions", json=world_request(world, i, i, knobs), headers=headers
                 )
                 if answer.status_code != 200:
                     raise RuntimeError(f"HTTP {answer.status_code}: {answer.text[:300]}")

@@ -52,9 +52,12 @@ def _start(workdir: Path, args: argparse.Namespace) -> tuple[Proc, Proc]:
     return twin, gateway
 
 
-def _body(world: World, task_index: int, seed: int, knobs: dict[str, Any]) -> dict[str, Any]:
+def world_request(
+    world: World, task_index: int, seed: int, knobs: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A world task's first turn with the world's tools; ``knobs=None`` sends no rehearsal field."""
     task = world.tasks[task_index % len(world.tasks)]
-    return {
+    request: dict[str, Any] = {
         "model": MODEL,
         "messages": [
             {"role": "system", "content": world.system_prompt},
@@ -62,8 +65,10 @@ def _body(world: World, task_index: int, seed: int, knobs: dict[str, Any]) -> di
         ],
         "tools": world.tool_schemas(),
         "seed": seed,
-        "rehearsal": knobs,
     }
+    if knobs is not None:
+        request["rehearsal"] = knobs
+    return request
 
 
 def _post(client: httpx.Client, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -84,7 +89,7 @@ def overlap(client: httpx.Client, world: World, rounds: int) -> dict[str, Any]:
         for k in order:
             # reflect: one act, K concurrent imaginations, one commit, whatever was vetoed
             knobs = {"mode": "parallel", "budget": k, "commit": "reflect", "early_exit": False}
-            elapsed, answer = _post(client, _body(world, round_, 100 + round_, knobs))
+            elapsed, answer = _post(client, world_request(world, round_, 100 + round_, knobs))
             times[k].append(elapsed)
             rehearse = answer["rehearsal"]["tokens"].get("rehearse", {})
             cached += rehearse.get("cached", 0)
@@ -106,7 +111,7 @@ def errors(client: httpx.Client, world: World, seeds: int) -> dict[str, dict[str
         wall: list[float] = []
         for seed in range(seeds):
             for index, task in enumerate(world.tasks):
-                elapsed, answer = _post(client, _body(world, index, seed, knobs))
+                elapsed, answer = _post(client, world_request(world, index, seed, knobs))
                 wall.append(elapsed)
                 for call in answer["choices"][0]["message"].get("tool_calls") or []:
                     arguments = json.loads(call["function"]["arguments"] or "{}")

@@ -11,10 +11,10 @@ import redis
 from tests.support.procs import ROOT
 
 
-def test_redis_memory_benchmark_measures_every_session() -> None:
-    """One memory key per session, traces per rehearsed turn, and the keys dropped afterwards."""
+def benchmark(*argv: str) -> str:
+    """Run ``python -m benchmarks.…`` as `make bench` does; its output, once it exited 0."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.redis_memory", "--max-turns", "2"],
+        [sys.executable, "-m", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -22,7 +22,12 @@ def test_redis_memory_benchmark_measures_every_session() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    return done.stdout
+
+
+def test_redis_memory_benchmark_measures_every_session() -> None:
+    """One memory key per session, traces per rehearsed turn, and the keys dropped afterwards."""
+    out = benchmark("benchmarks.redis_memory", "--max-turns", "2")
     sessions, turns = map(int, re.search(r"(\d+) sessions, (\d+) rehearsed turns", out).groups())
     assert sessions == 36
     assert sessions <= turns <= 2 * sessions
@@ -38,15 +43,7 @@ def test_redis_memory_benchmark_measures_every_session() -> None:
 
 def test_gateway_cpu_benchmark_reports_both_modes() -> None:
     """Pass-through and rehearsed CPU per request are measured, and rehearsal costs more."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gateway_cpu", "--requests", "50", "--rounds", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    medians = dict(re.findall(r"^  (\S.*?\S)\s+median ([\d.]+) ms", done.stdout, re.M))
+    out = benchmark("benchmarks.gateway_cpu", "--requests", "50", "--rounds", "1")
+    medians = dict(re.findall(r"^  (\S.*?\S)\s+median ([\d.]+) ms", out, re.M))
     assert medians.keys() == {"pass-through", "parallel K=4"}
     assert float(medians["parallel K=4"]) > float(medians["pass-through"])
