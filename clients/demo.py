@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from statistics import fmean
 from typing import Any
 
 import httpx
+
+from server.launch import free_ports, stop_process_groups
 
 STOP_GRACE_S = 5.0  # how long the twin and the gateway get to stop before they are killed
 DEMO_KEYS = {"off": "demo-off-key", "parallel": "demo-parallel-key", "sequential": "demo-seq-key"}
@@ -108,13 +109,6 @@ class Outcome:
         return data
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class _Child:
     name: str
@@ -133,18 +127,7 @@ def _children() -> Iterator[list[_Child]]:
     try:
         yield started
     finally:
-        alive = [child for child in reversed(started) if child.popen.poll() is None]
-        for child in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.popen.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for child in alive:
-            try:
-                child.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.popen.pid, signal.SIGKILL)
-                child.popen.wait(timeout=5)
+        stop_process_groups([child.popen for child in reversed(started)], STOP_GRACE_S)
 
 
 def _spawn(
@@ -342,7 +325,7 @@ def _start_stack(
     children: list[_Child], workdir: Path, args: argparse.Namespace, store: dict[str, str]
 ) -> str:
     """Start the twin and the gateway; the gateway's base URL once both answer."""
-    twin_port, gateway_port = _free_port(), _free_port()
+    twin_port, gateway_port = free_ports(2)
     cli = [sys.executable, "-m", "clients.cli"]
     worlds = _worlds(args)
     twin = _spawn(children, "twin", [

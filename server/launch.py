@@ -12,6 +12,7 @@ import contextlib
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -135,35 +136,54 @@ def _healthy(http: httpx.Client, plan: EnginePlan) -> bool:
 
 
 def stop_engines(engines: Sequence[EngineProcess], grace: float, hurry: threading.Event) -> None:
-    """Stop every engine's whole process group: SIGTERM, up to ``grace`` seconds, then SIGKILL.
+    """Stop every engine's whole process group (see `stop_process_groups`)."""
+    stop_process_groups([engine.popen for engine in engines], grace, hurry)
 
-    Setting ``hurry`` (a second Ctrl-C) cuts the grace period short. Groups whose leader has
-    already exited are signalled too: a child of theirs may still hold a GPU.
+
+def stop_process_groups(
+    processes: Sequence[subprocess.Popen[bytes]],
+    grace: float,
+    hurry: threading.Event | None = None,
+) -> None:
+    """Stop the process groups these leaders head: SIGTERM to all, one shared ``grace``, SIGKILL.
+
+    Every process must have been started with ``start_new_session=True``. Setting ``hurry`` (a
+    second Ctrl-C) cuts the grace period short. Groups whose leader has already exited are
+    signalled too: a child of theirs may still hold a port or a GPU.
     """
-    for engine in engines:
-        _signal_group(engine, signal.SIGTERM)
+    for popen in processes:
+        _signal_group(popen, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    for engine in engines:
-        while engine.popen.poll() is None and not hurry.is_set():
+    for popen in processes:
+        while popen.poll() is None and not (hurry and hurry.is_set()):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             with contextlib.suppress(subprocess.TimeoutExpired):
-                engine.popen.wait(timeout=min(left, 0.1))
-    for engine in engines:
-        _signal_group(engine, signal.SIGKILL)
+                popen.wait(timeout=min(left, 0.1))
+    for popen in processes:
+        _signal_group(popen, signal.SIGKILL)
         try:
-            engine.popen.wait(timeout=10)
+            popen.wait(timeout=10)
         except subprocess.TimeoutExpired:  # stuck in the kernel (a GPU driver call): say so
-            pid = engine.popen.pid
-            print(f"{engine.plan.name} (pid {pid}) survived SIGKILL", file=sys.stderr)
+            print(f"process {popen.pid} survived SIGKILL", file=sys.stderr)
 
 
-def _signal_group(engine: EngineProcess, sig: signal.Signals) -> None:
+def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     # The group id is the leader's pid (start_new_session); it outlives the leader while any
     # member does, so no unrelated group can hold it yet.
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(engine.popen.pid, sig)
+        os.killpg(popen.pid, sig)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on right now."""
+    # All sockets stay bound until every port is picked, so the ports are distinct.
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
 
 
 def watch_engines(engines: Sequence[EngineProcess], done: threading.Event) -> threading.Thread:

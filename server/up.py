@@ -168,15 +168,6 @@ def _vllm_argv(args: argparse.Namespace, vllm: str, port: int, extra: list[str])
             "--served-model-name", args.served_model_name, *ENVACE_FLAGS, *extra)  # fmt: skip
 
 
-def _free_ports(count: int) -> list[int]:
-    # All sockets stay bound until every port is picked, so the ports are distinct.
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-
-
 def _check_gateway(args: argparse.Namespace) -> None:
     """Reject, before minutes of loading, what ``serve`` would reject once the engines are up."""
     from server import cli as serve_cli
@@ -235,14 +226,14 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     """Start the engines, wait for their health, serve the gateway; stop everything after."""
-    from server.launch import EnginePlan, engine_url
+    from server.launch import EnginePlan, engine_url, free_ports
 
     try:
         vllm = find_vllm(args.vllm)
         gpus = engine_gpus(args.engines, args.gpus)
         extra = _extra_vllm_args(args)
         args.served_model_name = args.served_model_name or Path(args.model.rstrip("/")).name
-        ports = _free_ports(len(gpus))
+        ports = free_ports(len(gpus))
         names = [f"engine{index}" for index in range(len(gpus))]
         specs = [
             f"{engine_url(port)},name={name},model={args.served_model_name}"
