@@ -59,7 +59,7 @@ EXPOSE 8000
 # call, no API key). It follows RGW_PORT; a port given as a flag needs its own health check.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('RGW_PORT', '8000'), timeout=2)"]
-# uvicorn drains open requests for up to 10 s on SIGTERM (server/cli.py), then exits; give
+# uvicorn drains open requests for up to 10 s on SIGTERM (server/launcher/serve.py), then exits; give
 # `docker stop` more than that (compose: stop_grace_period).
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["rehearsal-gateway", "serve"]

@@ -3,7 +3,7 @@
 Starts an engine twin and a gateway with Redis (under a key prefix of this run's own), runs the
 example agent over every task of the three twin worlds with rehearsal on (parallel, K = 4, depth
 1, ``reflect``, one session per task), then reads ``MEMORY USAGE`` of every key the gateway wrote,
-grouped by kind (DESIGN §6, ``server/keys.py``), and drops them. It prints the bytes per kind,
+grouped by kind (DESIGN §6, ``server/store/keys.py``), and drops them. It prints the bytes per kind,
 per session and per rehearsed turn, and what 1,000 sessions take. Needs a Redis on
 ``--redis`` (``scripts/redis.sh`` starts one).
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 # name -> module exposing register(subparsers); order is the order shown in --help.
 SUBCOMMANDS: tuple[str, ...] = (
     "twin.cli",
-    "server.cli",
-    "server.up",
+    "server.launcher.serve",
+    "server.launcher.up",
     "clients.top",
     "clients.demo",
     "clients.chat",

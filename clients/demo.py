@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from server.launch import free_ports, stop_process_groups
+from server.launcher.processes import free_ports, stop_process_groups
 
 STOP_GRACE_S = 5.0  # how long the twin and the gateway get to stop before they are killed
 DEMO_KEYS = {"off": "demo-off-key", "parallel": "demo-parallel-key", "sequential": "demo-seq-key"}
@@ -315,7 +315,8 @@ def _store(choice: str) -> Iterator[dict[str, str]]:
         yield {"RGW_REDIS_URL": url, "RGW_REDIS_PREFIX": prefix}
     finally:
         client = redis.Redis.from_url(url, socket_timeout=2)
-        # If Redis went away meanwhile, nothing is lost: every key carries a TTL (server/keys.py).
+        # If Redis went away meanwhile, nothing is lost: every key carries a TTL
+        # (server/store/keys.py).
         with contextlib.suppress(redis.RedisError), contextlib.closing(client):
             for key in client.scan_iter(match=prefix + "*"):
                 client.delete(key)

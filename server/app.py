@@ -25,9 +25,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.auth import ApiKeyMiddleware, ApiKeyRing
-from server.discovery import EngineDiscovery, Resolver, resolve_system
-from server.engines import EnginePool
+from server.chat.service import PASSTHROUGH, ChatService, EnginesReady
+from server.engines.client import EngineClient
+from server.engines.discovery import EngineDiscovery, Resolver, resolve_system
+from server.engines.pool import EnginePool
+from server.engines.transport import EngineTransport
 from server.errors import (
     GatewayError,
     InvalidRequest,
@@ -36,22 +38,10 @@ from server.errors import (
     error_status_and_body,
     internal_error_body,
 )
-from server.feedback import Feedback
-from server.logs import (
-    REQUEST_ID_HEADER,
-    REQUEST_LOGGER,
-    RequestRecord,
-    current_record,
-    request_id_from,
-    request_line,
-)
-from server.metrics import GatewayMetrics
-from server.rehearse import RehearsalService
-from server.relay import ClientDisconnected
-from server.routes import router
-from server.service import PASSTHROUGH, ChatService, EnginesReady
-from server.settings import GatewaySettings
-from server.state import (
+from server.http.auth import ApiKeyMiddleware, ApiKeyRing
+from server.http.relay import ClientDisconnected
+from server.http.routes import router
+from server.http.state import (
     CONTENT_STATE_KEY,
     MODE_STATE_KEY,
     OUTCOME_STATE_KEY,
@@ -59,16 +49,26 @@ from server.state import (
     STATE_KEY,
     GatewayState,
 )
-from server.transport import EngineTransport
-from server.upstream import EngineClient
-from server.waits import WaitClock, current_clock
-from server.wiring import (
+from server.rehearse.feedback import Feedback
+from server.rehearse.service import RehearsalService
+from server.settings import GatewaySettings
+from server.store.opening import (
     StoreReady,
     budget_caps,
     budget_defaults,
     open_store,
     planner_settings,
 )
+from server.telemetry.logs import (
+    REQUEST_ID_HEADER,
+    REQUEST_LOGGER,
+    RequestRecord,
+    current_record,
+    request_id_from,
+    request_line,
+)
+from server.telemetry.metrics import GatewayMetrics
+from server.telemetry.waits import WaitClock, current_clock
 
 log = logging.getLogger("rehearsal_gateway.server")
 request_log = logging.getLogger(REQUEST_LOGGER)

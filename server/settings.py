@@ -7,7 +7,7 @@ The CLI turns its flags into the same variables, so ``serve --engine URL`` and
 An engine is written ``URL[,key=value…]`` with keys ``name``, ``roles`` (``act+rehearse``),
 ``model`` (the engine's served model name; discovered from ``/v1/models`` when omitted),
 ``max_concurrency`` and ``discover=dns`` (the URL's host names a group of engines, one per address
-it resolves to, re-resolved every ``discovery_interval`` seconds; ``server/discovery.py``).
+it resolves to, re-resolved every ``discovery_interval`` seconds; ``server/engines/discovery.py``).
 ``RGW_ENGINES`` holds several, separated by whitespace, or a JSON list.
 """
 

@@ -87,7 +87,7 @@ def _subcommand(name: str) -> argparse.ArgumentParser:
     """The parser of one `rehearsal-gateway` subcommand, registered by the room that owns it."""
     parser = argparse.ArgumentParser(prog="rehearsal-gateway", exit_on_error=False)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    module = {"serve": "server.cli", "twin": "twin.cli"}[name]
+    module = {"serve": "server.launcher.serve", "twin": "twin.cli"}[name]
     importlib.import_module(module).register(subparsers)
     chosen: argparse.ArgumentParser = subparsers.choices[name]
     return chosen
@@ -336,7 +336,7 @@ def test_stop_grace_outlasts_the_gateway_drain(name: str) -> None:
     """`docker compose stop` waits longer than uvicorn drains, so shutdowns are not cut short."""
     drains = [
         int(m)
-        for path in (ROOT / "server").glob("*.py")
+        for path in (ROOT / "server").rglob("*.py")
         for m in re.findall(r"timeout_graceful_shutdown\W+(\d+)", path.read_text())
     ]
     assert drains

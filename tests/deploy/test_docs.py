@@ -66,4 +66,4 @@ def test_deploy_doc_up_commands_parse() -> None:
     for words in commands:
         args = parser.parse_args(words)
         assert args.model
-        assert args.func.__module__ == "server.up"
+        assert args.func.__module__ == "server.launcher.up"

@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from server.app import create_app
-from server.discovery import expand
+from server.engines.discovery import expand
 from server.settings import EngineSpec, GatewaySettings
 from tests.server.conftest import TWIN_MODEL, metric_value
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server

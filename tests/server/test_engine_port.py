@@ -15,8 +15,8 @@ import pytest
 
 from rehearsal.errors import GeneratorError
 from rehearsal.messages import GenerationRequest
-from server.committed import ChunkWriter
-from server.engine_port import EngineGenerator, LiveCommit
+from server.rehearse.committed import ChunkWriter
+from server.rehearse.engine_port import EngineGenerator, LiveCommit
 
 
 def _event(payload: dict[str, Any]) -> bytes:

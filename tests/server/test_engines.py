@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from server.engines import Engine, EnginePool, Probe, affinity_key
+from server.engines.pool import Engine, EnginePool, Probe, affinity_key
 from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
-from server.metrics import GatewayMetrics
 from server.settings import EngineSpec
+from server.telemetry.metrics import GatewayMetrics
 
 
 def make_pool(count: int = 3, limit: int = 2, **options: object) -> EnginePool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from server.chat.service import decode_chat_request
 from server.errors import (
     EngineFailed,
     EngineOverloaded,
@@ -25,7 +26,6 @@ from server.errors import (
     sse_error_event,
 )
 from server.protocol import ChatCompletion, ChatCompletionRequest
-from server.service import decode_chat_request
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from server.metrics import GatewayMetrics
+from server.telemetry.metrics import GatewayMetrics
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "metrics-spec.md"
 IMPLEMENTED = {

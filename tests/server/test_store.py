@@ -9,8 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from server.errors import StoreUnavailable
-from server.keys import Keys, Lifetimes
-from server.store import InProcessStore, RedisStore, RehearsalStore
+from server.store.backends import InProcessStore, RedisStore, RehearsalStore
+from server.store.keys import Keys, Lifetimes
 from tests.support.procs import free_port
 
 REDIS_URL = "redis://127.0.0.1:6379/0"

@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from server.transport import EngineTransport
+from server.engines.transport import EngineTransport
 from tests.support.procs import free_port
 
 BODY = {"model": "double-model", "messages": [{"role": "user", "content": "x"}]}

@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from server.up import ENVACE_FLAGS
+from server.launcher.up import ENVACE_FLAGS
 from tests.contract.wire import USER_ASKS, WEATHER_TOOL, forced_tool_call_extra
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL, metric_value
 from tests.support.procs import ROOT, Proc, cli_argv, free_port, start_http_server

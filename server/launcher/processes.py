@@ -3,7 +3,7 @@
 Each engine runs in its own process group (vLLM starts an engine-core process beside its API
 server), writes its whole output to one log file, and is stopped with its group: SIGTERM to every
 group at once, one shared grace period, then SIGKILL to whatever is left. ``rehearsal-gateway up``
-(``server/up.py``) is the only user.
+(``server/launcher/up.py``) is the only user.
 """
 
 from __future__ import annotations

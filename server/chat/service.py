@@ -3,9 +3,10 @@
 A route turns bytes into a ``ChatCall`` with ``ChatService.prepare`` and hands it to
 ``ChatService.complete``, which decides what to do with it and returns a ``ChatAnswer``: a whole
 JSON body, an open engine stream, or a rehearsal still to be streamed. A call whose budget asks
-for rehearsal (``server/rehearse.py``) is rehearsed; every other call is a **pass-through** (the
-client's request, to one engine, answer relayed untouched). Either way, tool results answering
-calls this gateway committed are first fed back (``server/feedback.py``). Retries live here:
+for rehearsal (``server/rehearse/service.py``) is rehearsed; every other call is a
+**pass-through** (the client's request, to one engine, answer relayed untouched). Either way,
+tool results answering calls this gateway committed are first fed back
+(``server/rehearse/feedback.py``). Retries live here:
 connection errors and 5xx move a call to another engine, but only while nothing has reached the
 client yet — rehearsal's own engine calls go through the same ``call_engine`` and
 ``open_engine_stream``.
@@ -22,16 +23,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 from pydantic import ValidationError
 
-from server.engines import Engine, EnginePool, affinity_key
+from server.engines.client import EngineClient, EngineStream
+from server.engines.pool import Engine, EnginePool, affinity_key
 from server.errors import EngineError, InvalidRequest
 from server.protocol import ChatCompletionRequest
 from server.settings import Role
-from server.upstream import EngineClient, EngineStream
 
 if TYPE_CHECKING:
     from rehearsal.budget import Budget
-    from server.feedback import Feedback
-    from server.rehearse import Rehearsal, RehearsalService
+    from server.rehearse.feedback import Feedback
+    from server.rehearse.service import Rehearsal, RehearsalService
 
 PASSTHROUGH = "passthrough"
 
@@ -88,7 +89,10 @@ class StreamAnswer:
 
 @dataclass(eq=False, slots=True)
 class RehearsedStream:
-    """A streamed rehearsal, run while the route's response streams (``server/rehearse_stream``)."""
+    """A streamed rehearsal, run while the route's response streams.
+
+    (``server/http/rehearse_stream``)
+    """
 
     rehearsal: Rehearsal
     include_usage: bool

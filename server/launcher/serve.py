@@ -4,7 +4,7 @@ Flags become ``RGW_*`` variables, so flags, environment and worker processes all
 ``GatewaySettings``. The settings are printed at start with every secret masked. With
 ``--workers N`` (N > 1) uvicorn starts N processes that each build the app from the environment,
 and Prometheus metrics switch to multiprocess mode in a shared directory. Every log record is
-written to stderr as one JSON line (``server/logs.py``), in each worker.
+written to stderr as one JSON line (``server/telemetry/logs.py``), in each worker.
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
     import orjson
     import uvicorn
 
-    from server.logs import log_config
     from server.settings import GatewaySettings
+    from server.telemetry.logs import log_config
 
     try:
         settings = settings_from_args(args)
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level,
-        # JSON lines, applied by uvicorn in each worker process (server/logs.py).
+        # JSON lines, applied by uvicorn in each worker process (server/telemetry/logs.py).
         "log_config": log_config(settings.log_level),
         "access_log": args.access_log,
         "timeout_graceful_shutdown": 10,

@@ -7,12 +7,11 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server.chat.service import RehearsedStream, StreamAnswer, readiness
 from server.errors import InvalidRequest, PayloadTooLarge
-from server.protocol import ModelCard, ModelList
-from server.rehearse_stream import RehearsalStream
-from server.relay import StreamRelay, json_response, until_disconnect
-from server.service import RehearsedStream, StreamAnswer, readiness
-from server.state import (
+from server.http.rehearse_stream import RehearsalStream
+from server.http.relay import StreamRelay, json_response, until_disconnect
+from server.http.state import (
     CONTENT_STATE_KEY,
     MODE_STATE_KEY,
     OUTCOME_STATE_KEY,
@@ -20,6 +19,7 @@ from server.state import (
     gateway_of,
     tenant_of_request,
 )
+from server.protocol import ModelCard, ModelList
 
 router = APIRouter()
 

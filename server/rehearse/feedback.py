@@ -27,10 +27,10 @@ from typing import Any
 from rehearsal.fidelity import fidelity, parse_observation
 from rehearsal.memory import MemoryEntry
 from rehearsal.messages import canonical_json
-from server.committed import TOOL_CALL_PREFIX
 from server.errors import StoreUnavailable
-from server.metrics import GatewayMetrics
-from server.store import RehearsalStore
+from server.rehearse.committed import TOOL_CALL_PREFIX
+from server.store.backends import RehearsalStore
+from server.telemetry.metrics import GatewayMetrics
 
 
 def pending_record(

@@ -18,8 +18,8 @@ from typing import TypeVar
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from server.chat.service import JsonAnswer, StreamAnswer
 from server.errors import EngineError, sse_error_event
-from server.service import JsonAnswer, StreamAnswer
 
 T = TypeVar("T")
 

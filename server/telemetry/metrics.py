@@ -51,7 +51,7 @@ FIDELITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 # rate() over an error that has never happened is 0 rather than an absent series, and every name
 # the dashboard and the alert rules query exists on a fresh gateway.
 ENGINE_ERROR_KINDS = ("connect", "timeout", "status_5xx", "status_4xx", "protocol", "saturated")
-STORE_OPS = (  # the operations of server/store.py
+STORE_OPS = (  # the operations of server/store/backends.py
     "ping", "save_trace", "load_trace", "save_pending", "take_pending", "append_memory",
     "recent_memory", "save_grounding", "grounding",
 )  # fmt: skip

@@ -29,12 +29,12 @@ from rehearsal.messages import (
     Usage,
     from_openai_response,
 )
-from server.committed import ChunkWriter, mint_tool_call_id
 from server.errors import EngineError
+from server.rehearse.committed import ChunkWriter, mint_tool_call_id
 from server.settings import Role
 
 if TYPE_CHECKING:
-    from server.service import ChatService
+    from server.chat.service import ChatService
 
 CallObserver = Callable[[str, float], None]
 Emit = Callable[[dict[str, Any]], Awaitable[None]]

@@ -2,10 +2,11 @@
 
 Each engine is one ``vllm serve`` with the flags EnvACE needs (hermes tool calls, the Qwen3
 reasoning parser, prefix caching) on a free loopback port, one GPU each when ``--gpus`` lists
-them (``server/launch.py`` runs the processes). Once every engine answers ``/health`` the gateway
-starts in this process through ``serve``'s own code: ``up`` takes ``serve``'s flags, adds the
-engines it started to ``--engine`` and calls ``server.cli.run``, so both read one
-``GatewaySettings``. Ctrl-C or SIGTERM stops the gateway, then every engine's process group.
+them (``server/launcher/processes.py`` runs the processes). Once every engine answers
+``/health`` the gateway starts in this process through ``serve``'s own code: ``up`` takes
+``serve``'s flags, adds the engines it started to ``--engine`` and calls
+``server.launcher.serve.run``, so both read one ``GatewaySettings``. Ctrl-C or SIGTERM stops
+the gateway, then every engine's process group.
 
 Errors::
 
@@ -33,7 +34,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from server.launch import EnginePlan, EngineProcess
+    from server.launcher.processes import EnginePlan, EngineProcess
 
 ENVACE_FLAGS = (
     "--enable-auto-tool-choice",
@@ -67,7 +68,7 @@ class Stopped(BaseException):
 
 def register(subparsers: Any) -> None:
     """Add ``up``: ``serve``'s flags (taken from its parser, so they cannot drift) plus ours."""
-    from server import cli as serve_cli
+    from server.launcher import serve as serve_cli
 
     scratch = argparse.ArgumentParser(add_help=False).add_subparsers()
     serve_cli.register(scratch)
@@ -162,7 +163,7 @@ def _extra_vllm_args(args: argparse.Namespace) -> list[str]:
 
 
 def _vllm_argv(args: argparse.Namespace, vllm: str, port: int, extra: list[str]) -> tuple[str, ...]:
-    from server.launch import ENGINE_HOST
+    from server.launcher.processes import ENGINE_HOST
 
     return (vllm, "serve", args.model, "--host", ENGINE_HOST, "--port", str(port),
             "--served-model-name", args.served_model_name, *ENVACE_FLAGS, *extra)  # fmt: skip
@@ -170,7 +171,7 @@ def _vllm_argv(args: argparse.Namespace, vllm: str, port: int, extra: list[str])
 
 def _check_gateway(args: argparse.Namespace) -> None:
     """Reject, before minutes of loading, what ``serve`` would reject once the engines are up."""
-    from server import cli as serve_cli
+    from server.launcher import serve as serve_cli
 
     try:
         settings = serve_cli.settings_from_args(args)
@@ -226,7 +227,7 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     """Start the engines, wait for their health, serve the gateway; stop everything after."""
-    from server.launch import EnginePlan, engine_url, free_ports
+    from server.launcher.processes import EnginePlan, engine_url, free_ports
 
     try:
         vllm = find_vllm(args.vllm)
@@ -264,8 +265,8 @@ def _log_dir(flag: str | None) -> Path:
 
 
 def _run_engines(args: argparse.Namespace, plans: list[EnginePlan]) -> int:
-    from server import cli as serve_cli
-    from server.launch import (
+    from server.launcher import serve as serve_cli
+    from server.launcher.processes import (
         EngineStartFailed,
         log_tail,
         start_engine,

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from rehearsal.budget import Budget, BudgetCaps
 from rehearsal.context import PlannerSettings
 from rehearsal.prompts import DEFAULT_SYSTEM_INSTRUCTION, load_system_instruction
+from server.chat.service import CheckResult
 from server.errors import StoreUnavailable
-from server.keys import Keys, Lifetimes
-from server.service import CheckResult
 from server.settings import GatewaySettings
-from server.store import InProcessStore, RedisStore, RehearsalStore
+from server.store.backends import InProcessStore, RedisStore, RehearsalStore
+from server.store.keys import Keys, Lifetimes
 
 log = logging.getLogger("rehearsal_gateway.server")
 

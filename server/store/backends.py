@@ -7,7 +7,7 @@ when no Redis URL is configured — it works for one process only, which the ser
 Every failure of the backing server is translated once, here, into ``StoreUnavailable`` (in the
 server's error tree, ``server/errors.py``); callers
 degrade (rehearsal without memory) rather than fail the request. Key names and lifetimes come
-from ``server.keys`` and nowhere else.
+from ``server.store.keys`` and nowhere else.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from server.errors import StoreUnavailable
-from server.keys import Keys, Lifetimes, args_hash
-from server.waits import waiting
+from server.store.keys import Keys, Lifetimes, args_hash
+from server.telemetry.waits import waiting
 
 JSONObject = dict[str, Any]
 

@@ -7,7 +7,7 @@ an OpenAI answer: one committed turn with gateway-minted tool-call ids, a ``rehe
 keeps what was imagined — the trace by rehearsal id, and per committed call the imagined
 observation that the real result will later be compared with.
 
-Streamed answers are run by ``RehearsalStream`` (``server/rehearse_stream.py``) inside the
+Streamed answers are run by ``RehearsalStream`` (``server/http/rehearse_stream.py``) inside the
 response; both paths share ``Rehearsal`` below, so the committed turn and what is stored are the
 same either way.
 """
@@ -29,21 +29,21 @@ from rehearsal.errors import BudgetError, GeneratorError
 from rehearsal.messages import AssistantTurn
 from rehearsal.planner import Planner
 from rehearsal.trace import ImaginedObservation, RehearsalResult
-from server.committed import (
+from server.chat.service import JsonAnswer, RehearsedStream
+from server.errors import EngineError, EngineFailed, InvalidRequest, NotFound, StoreUnavailable
+from server.rehearse.committed import (
     completion_body,
     mint_completion_id,
     mint_rehearsal_id,
     with_minted_ids,
 )
-from server.engine_port import EngineGenerator, LiveCommit
-from server.errors import EngineError, EngineFailed, InvalidRequest, NotFound, StoreUnavailable
-from server.feedback import pending_record
-from server.metrics import GatewayMetrics
-from server.service import JsonAnswer, RehearsedStream
-from server.store import RehearsalStore
+from server.rehearse.engine_port import EngineGenerator, LiveCommit
+from server.rehearse.feedback import pending_record
+from server.store.backends import RehearsalStore
+from server.telemetry.metrics import GatewayMetrics
 
 if TYPE_CHECKING:
-    from server.service import ChatCall, ChatService
+    from server.chat.service import ChatCall, ChatService
 
 # Request fields the planner handles itself; everything else reaches the acting calls untouched.
 _OWN_FIELDS = frozenset(

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from server.engines import Engine, EnginePool, Probe
+from server.engines.pool import Engine, EnginePool, Probe
 from server.settings import EngineSpec
 
 log = logging.getLogger("rehearsal_gateway.discovery")

@@ -12,14 +12,14 @@ from typing import cast
 import httpx
 from starlette.requests import Request
 
-from server.auth import DEFAULT_TENANT, TENANT_STATE_KEY, ApiKeyRing
-from server.engines import EnginePool
-from server.metrics import GatewayMetrics
-from server.rehearse import RehearsalService
-from server.service import ChatService, ReadinessCheck
+from server.chat.service import ChatService, ReadinessCheck
+from server.engines.client import EngineClient
+from server.engines.pool import EnginePool
+from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY, ApiKeyRing
+from server.rehearse.service import RehearsalService
 from server.settings import GatewaySettings
-from server.store import RehearsalStore
-from server.upstream import EngineClient
+from server.store.backends import RehearsalStore
+from server.telemetry.metrics import GatewayMetrics
 
 STATE_KEY = "gateway"
 MODE_STATE_KEY = "mode"

@@ -13,8 +13,8 @@ Health comes from two sides: a periodic probe (``/health``, ``/metrics`` for the
 HTTP client: probing is a function handed to ``run_health_checks``.
 
 The set of engines may change while serving: ``replace_group`` swaps the members of one
-discovered group (``server/discovery.py``). Calls in flight on a departed engine finish there;
-only new calls stop going to it.
+discovered group (``server/engines/discovery.py``). Calls in flight on a departed engine finish
+there; only new calls stop going to it.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
-from server.metrics import GatewayMetrics
 from server.settings import EngineSpec, Role
+from server.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("rehearsal_gateway.engines")
 

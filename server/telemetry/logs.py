@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from server.auth import TENANT_STATE_KEY
+from server.http.auth import TENANT_STATE_KEY
 
 REQUEST_LOGGER = "rehearsal_gateway.request"
 REQUEST_ID_HEADER = b"x-request-id"
@@ -81,7 +81,7 @@ def log_config(level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "server.logs.JsonFormatter"}},
+        "formatters": {"json": {"()": "server.telemetry.logs.JsonFormatter"}},
         "handlers": {"json": handler},
         "loggers": {
             name: {"handlers": ["json"], "level": upper, "propagate": False}

@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from rehearsal.messages import Usage
-from server.engines import Engine, Probe
+from server.engines.pool import Engine, Probe
 from server.errors import (
     EngineError,
     EngineFailed,
@@ -27,9 +27,9 @@ from server.errors import (
     EngineTimeout,
     EngineUnavailable,
 )
-from server.logs import note_engine, note_tokens
-from server.metrics import GatewayMetrics
-from server.waits import waiting
+from server.telemetry.logs import note_engine, note_tokens
+from server.telemetry.metrics import GatewayMetrics
+from server.telemetry.waits import waiting
 
 JSON_HEADERS = {"content-type": "application/json"}
 PASSTHROUGH_ROLE = "passthrough"  # the one role whose tokens only the engine's answer tells

@@ -23,12 +23,12 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server.committed import ChunkWriter, with_minted_ids
-from server.engine_port import LiveCommit
 from server.errors import EngineFailed, GatewayError, sse_error_event
-from server.rehearse import Rehearsal
-from server.relay import SSE_HEADERS, ClientDisconnected, until_disconnect
-from server.state import OUTCOME_STATE_KEY, REHEARSAL_STATE_KEY
+from server.http.relay import SSE_HEADERS, ClientDisconnected, until_disconnect
+from server.http.state import OUTCOME_STATE_KEY, REHEARSAL_STATE_KEY
+from server.rehearse.committed import ChunkWriter, with_minted_ids
+from server.rehearse.engine_port import LiveCommit
+from server.rehearse.service import Rehearsal
 
 KEEPALIVE_S = 2.0
 _END = object()

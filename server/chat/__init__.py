@@ -1,0 +1,1 @@
+"""The front door of a chat completion: decode, then pass through or rehearse."""

@@ -1,0 +1,1 @@
+"""The engines: the pool, the HTTP client to them, its transport and discovery."""

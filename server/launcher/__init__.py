@@ -1,0 +1,1 @@
+"""Command lines that start things: the gateway, engines and their process groups."""

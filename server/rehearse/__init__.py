@@ -1,0 +1,1 @@
+"""Rehearsal at the edge: the service around the core planner, its engine port and commit writer."""

@@ -1,0 +1,1 @@
+"""The rehearsal store: Redis or in-process, its keys and how it is opened."""

@@ -1,0 +1,1 @@
+"""Metrics, request logs and the clock of time spent waiting."""
