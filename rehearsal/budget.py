@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 from rehearsal.errors import BudgetError
 
 Mode = Literal["off", "parallel", "sequential"]
-CommitRule = Literal["reflect", "select"]
+CommitRule = Literal["anchored", "reflect", "select"]
 
 MODES: tuple[str, ...] = get_args(Mode)
 COMMIT_RULES: tuple[str, ...] = get_args(CommitRule)
@@ -50,7 +50,7 @@ class Budget:
     mode: Mode = "parallel"
     budget: int = 4
     depth: int = 1
-    commit: CommitRule = "reflect"
+    commit: CommitRule = "anchored"
     deadline_ms: int = 20_000
     temperature: float = 0.6
     top_p: float = 0.95
@@ -71,15 +71,18 @@ class Budget:
 
         One trajectory of depth d costs ``c + (d - 1) * (1 + c)`` calls after its first acting
         turn: c imagined results per step, plus one acting call for every step after the first.
-        See docs/rehearsal.md for the exact count and when early exits make it smaller.
+        ``anchored`` parallel adds one acting call (the anchor is its own call); ``reflect`` adds
+        the reflecting call and the c imagined results that verify a new action. See
+        docs/rehearsal.md for the exact count and when early exits make it smaller.
         """
         if not self.active:
             return 1
         c, d, k = calls_per_turn, self.depth, self.budget
         walk = c + (d - 1) * (1 + c)
-        reflect = 1 if self.commit == "reflect" else 0
+        reflect = 0 if self.commit == "anchored" else 1 + c  # select reflects when all is bad
         if self.mode == "parallel":
-            return 1 + k * walk + reflect
+            anchor = 1 if self.commit == "anchored" and k > 1 else 0
+            return 1 + anchor + k * walk + reflect
         return k * (1 + walk) + reflect
 
 

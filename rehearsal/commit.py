@@ -1,23 +1,68 @@
-"""The ``select`` commit rule: choose one trajectory's first action without another engine call.
+"""Commit rules: what rehearsal's evidence allows to be committed, and which candidate wins.
 
-Candidates whose rehearsal went wrong (veto, tool error, unparsed, score under 0.5) are dropped
-first. Among the rest the winner is, in order of preference:
+Every trajectory's first action gets one piece of **evidence** (``evidence``):
 
-1. the action sampled most often (the policy's own majority vote);
-2. a trajectory that reached a final answer cleanly;
-3. the higher score;
-4. the earlier sample.
+- ``invalid`` — a deterministic check vetoed it (schema, unknown tool): always acted on;
+- ``vetoed`` — imagination predicted a failure (veto, tool error, or a continuation that went
+  badly) and every tool of the action is ``trusted`` (``rehearsal.trust``);
+- ``doubted`` — the same prediction for a tool whose imagination is not trusted: recorded, not
+  acted on;
+- ``unrehearsed`` — nothing usable was imagined (trust switched the tool off, the imagined text
+  was unparseable, or a deadline or engine error cut it short);
+- ``clean`` — rehearsed and predicted to work; ``answer`` — a final answer (nothing to rehearse).
 
-If every candidate was dropped, the same order is applied to all of them and the reason says so:
-``select`` must commit *something*, and the client still gets a well-formed turn.
+Only ``invalid`` and ``vetoed`` count against an action. The guarantees follow from that:
+an action with either is never committed while a candidate without them exists, and a
+schema-invalid action never while a valid one exists.
+
+``select`` — no extra engine call — ranks what is left by one sort key: evidence first (clean or
+answer before unrehearsed or doubted), then the action sampled most often (the policy's own
+vote), then a trajectory that reached a final answer, then the higher score, then the earlier
+sample. ``anchored`` (the planner's default) keeps the un-rehearsed action unless it is
+``invalid`` or ``vetoed`` and a ``clean`` replacement exists; ``replacement`` picks that one (a
+tool action: a final answer is no replacement for a call, since ending the task early is worse
+than one failed call).
+When nothing is allowed, ``least_bad`` still commits *something* — a schema-valid action before
+an invalid one — and the summary says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from rehearsal.trace import Trajectory
+from rehearsal.trust import Policy
+
+Evidence = Literal["invalid", "vetoed", "doubted", "unrehearsed", "clean", "answer"]
+AGAINST: tuple[str, ...] = ("invalid", "vetoed")
+_RANK: dict[str, int] = {
+    "clean": 0,
+    "answer": 0,
+    "unrehearsed": 1,
+    "doubted": 1,
+    "vetoed": 2,
+    "invalid": 3,
+}
+
+
+def evidence(trajectory: Trajectory, trust: Mapping[str, Policy]) -> Evidence:
+    """What rehearsal found out about this trajectory's first action (module docstring)."""
+    first = trajectory.steps[0]
+    if first.turn.is_answer:
+        return "answer"
+    if any(o.source == "check" for o in first.observations):
+        return "invalid"
+    kind = trajectory.outcome.split(":", 1)[0]
+    if kind in ("veto", "error") or (kind == "ok" and trajectory.score < 0.5):
+        tools = {call.name for call in first.turn.tool_calls}
+        if all(trust.get(tool, "trusted") == "trusted" for tool in tools):
+            return "vetoed"
+        return "doubted"
+    if kind in ("ok", "answer"):
+        return "clean"
+    return "unrehearsed"  # unparsed, open (cut short) or unrehearsed (trust off)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,26 +73,50 @@ class Selection:
     why: str
 
 
-def _preference(trajectory: Trajectory) -> tuple[int, bool, float, int]:
+def _preference(trajectory: Trajectory, found: Evidence) -> tuple[int, int, bool, float, int]:
     return (
+        _RANK[found],
         -len(trajectory.samples),
         trajectory.outcome != "answer",
         -trajectory.score,
-        trajectory.samples[0],
+        trajectory.samples[0] if trajectory.samples else 1 << 30,
     )
 
 
-def select(trajectories: Sequence[Trajectory]) -> Selection:
-    """Apply the rule above; ``trajectories`` must not be empty."""
-    kept = [t for t in trajectories if not t.avoided]
-    pool = kept or list(trajectories)
-    best = min(pool, key=_preference)
-    dropped = len(trajectories) - len(kept)
-    if not kept:
-        why = "select: every candidate rehearsed badly; least bad by frequency, answer, score"
-    else:
-        why = (
-            f"select: {len(best.samples)} of {sum(len(t.samples) for t in trajectories)} samples, "
-            f"outcome {best.outcome}, {dropped} trajectories dropped"
-        )
+def _ranked(
+    trajectories: Sequence[Trajectory], trust: Mapping[str, Policy]
+) -> list[tuple[Trajectory, Evidence]]:
+    found = [(t, evidence(t, trust)) for t in trajectories]
+    return sorted(found, key=lambda pair: _preference(*pair))
+
+
+def select(trajectories: Sequence[Trajectory], trust: Mapping[str, Policy]) -> Selection | None:
+    """The best trajectory with no evidence against it, or None when every one has some."""
+    allowed = [(t, e) for t, e in _ranked(trajectories, trust) if e not in AGAINST]
+    if not allowed:
+        return None
+    best, found = allowed[0]
+    samples = sum(len(t.samples) for t in trajectories)
+    why = (
+        f"select: {len(best.samples)} of {samples} samples, evidence {found}, "
+        f"{len(trajectories) - len(allowed)} trajectories ruled out"
+    )
     return Selection(best, why)
+
+
+def replacement(
+    trajectories: Sequence[Trajectory], trust: Mapping[str, Policy], *, instead_of: str
+) -> Selection | None:
+    """A rehearsed-clean trajectory to commit instead of the action ``instead_of``, if any."""
+    clean = [
+        t for t, e in _ranked(trajectories, trust) if e == "clean" and t.signature != instead_of
+    ]
+    if not clean:
+        return None
+    return Selection(clean[0], "replaced: the anchor had evidence against it; this rehearsed clean")
+
+
+def least_bad(trajectories: Sequence[Trajectory], trust: Mapping[str, Policy]) -> Selection:
+    """When every candidate has evidence against it: a schema-valid one before an invalid one."""
+    best, found = _ranked(trajectories, trust)[0]
+    return Selection(best, f"least bad: every candidate has evidence against it (best: {found})")

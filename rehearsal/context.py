@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from rehearsal.budget import Budget
+from rehearsal.checks import CHECK_CODE, ToolChecker
 from rehearsal.errors import GeneratorError
 from rehearsal.memory import MemoryEntry
 from rehearsal.messages import (
@@ -46,6 +47,7 @@ from rehearsal.prompts import (
     rehearsal_user_prompt,
 )
 from rehearsal.trace import Ending, ImaginedObservation, Step, Trajectory
+from rehearsal.trust import Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,7 @@ class RehearsalRequest:
     extra: Mapping[str, Any] = field(default_factory=dict)
     tenant: str | None = None
     session: str | None = None
+    trust: Mapping[str, Policy] = field(default_factory=dict)  # tool -> policy; absent: trusted
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,7 @@ class PlannerSettings:
     rehearse_extra: Mapping[str, Any] = field(default_factory=lambda: {"top_k": 20})
     grounding_limit: int = 3
     session_memory_limit: int = 8
+    reject_undeclared: bool = True  # rehearsal.checks: undeclared arguments are invalid
 
 
 @dataclass(slots=True)
@@ -131,6 +135,26 @@ class RehearsalContext:
         self.prior: list[MemoryEntry] = []  # avoided actions remembered from earlier turns
         self.note: str | None = None  # the last memory note sent to an acting call
         self._grounding: dict[tuple[str, str], list[GroundingObservation]] = {}
+        self.checker = ToolChecker(request.tools, reject_undeclared=settings.reject_undeclared)
+
+    def policy(self, tool: str) -> Policy:
+        """The trust policy ``tool``'s imagination is under (``trusted`` when none is known)."""
+        return self.request.trust.get(tool, "trusted")
+
+    def check_step(self, state: WalkState) -> bool:
+        """Check the current step's calls; a failing call is vetoed by the check (False)."""
+        turn = state.steps[-1].turn
+        for position, call in enumerate(turn.tool_calls):
+            verdict = self.checker.check_call(call)
+            if verdict.invalid:
+                veto = {"error_tool_call": {"code": CHECK_CODE, "message": verdict.message}}
+                observation = ImaginedObservation(
+                    call, "veto", veto, CHECK_CODE, None, verdict.message, source="check"
+                )
+                state.record(position, observation)
+                state.ended = "veto"
+                return False
+        return True
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -195,11 +219,18 @@ class RehearsalContext:
         return response.choices[0]
 
     def new_walk(self, samples: tuple[int, ...], turn: AssistantTurn) -> WalkState:
+        """A trajectory for ``turn``; over at once for an answer or a call the check vetoes."""
         state = WalkState(len(self.walks), samples, [Step(turn)])
         if turn.is_answer:
             state.ended = "answer"
+        elif self.check_step(state) and self._skipped(turn):
+            state.ended = "skipped"
         self.walks.append(state)
         return state
+
+    def _skipped(self, turn: AssistantTurn) -> bool:
+        """Whether trust switched imagination off for a tool of ``turn``."""
+        return any(self.policy(call.name) == "off" for call in turn.tool_calls)
 
     async def grounding_for(self, call: ToolCall) -> list[GroundingObservation]:
         """Real results of this tool for the few-shot section; a store failure means none."""
@@ -271,20 +302,28 @@ class RehearsalContext:
                 group.create_task(one(position, call))
         return not failed
 
-    async def walk(self, state: WalkState, rng: random.Random) -> None:
-        """Walk one trajectory to its end (module docstring); engine failures end it, not raise."""
+    async def walk(self, state: WalkState, rng: random.Random, *, depth: int | None = None) -> None:
+        """Walk one trajectory to its end (module docstring); engine failures end it, not raise.
+
+        ``depth`` caps the steps below the budget's (a reflected action is verified one deep).
+        """
         history = list(self.request.messages)
-        for depth in range(1, self.budget.depth + 1):
-            if depth > 1:
+        for depth_now in range(1, (depth or self.budget.depth) + 1):
+            if depth_now > 1:
                 try:
                     turn = (await self.act(history, n=1, seed=self.seed(rng)))[0]
                 except GeneratorError as exc:
-                    self.fault("engine_error", f"act at depth {depth}: {exc}")
+                    self.fault("engine_error", f"act at depth {depth_now}: {exc}")
                     state.ended = "engine_error"
                     return
                 state.begin(turn)
                 if turn.is_answer:
                     state.ended = "answer"
+                    return
+                if not self.check_step(state):
+                    return
+                if self._skipped(turn):
+                    state.ended = "skipped"
                     return
             if not await self._imagine_step(state, history, rng):
                 state.ended = "engine_error"

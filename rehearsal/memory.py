@@ -12,8 +12,11 @@ JSON-heavy English. When the note would be too long, the ``imagined:`` texts are
 to an equal share of what is left, ending in ``…``); when even the fixed lines do not fit, the
 trailing entries are dropped (the first entry always stays).
 
-Entries are also what the session memory stores (``to_dict`` / ``from_dict``), so a later
-rehearsal of the same conversation can remember which actions were vetoed before.
+Entries are also what the session memory stores (``to_dict`` / ``from_dict``). Only *real*
+outcomes are stored there (``source`` ``real``, written when a client sends a tool result back):
+an imagined veto is a hint for the turn it was imagined in and is never carried into later ones,
+so a wrong imagination cannot steer a whole session. A real entry is rendered with a
+``seen: real tool result`` line, so the model can tell facts from predictions.
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ class MemoryEntry:
     score: float
     actions: tuple[str, ...]
     imagined: str | None = None
+    source: str = "imagined"  # imagined | real
+
+    @property
+    def real(self) -> bool:
+        """Whether this entry records what a real tool returned (a fact, not a prediction)."""
+        return self.source == "real"
 
     @property
     def avoided(self) -> bool:
@@ -66,6 +75,7 @@ class MemoryEntry:
             "score": self.score,
             "actions": list(self.actions),
             "imagined": self.imagined,
+            "source": self.source,
         }
 
     @classmethod
@@ -83,7 +93,8 @@ class MemoryEntry:
             return None
         if imagined is not None and not isinstance(imagined, str):
             return None
-        return cls(outcome, min(max(float(score), 0.0), 1.0), tuple(actions), imagined)
+        source = "real" if raw.get("source") == "real" else "imagined"
+        return cls(outcome, min(max(float(score), 0.0), 1.0), tuple(actions), imagined, source)
 
 
 def entry_for(trajectory: Trajectory) -> MemoryEntry:
@@ -96,6 +107,8 @@ def entry_for(trajectory: Trajectory) -> MemoryEntry:
 
 def _entry_lines(number: int, entry: MemoryEntry, imagined: str) -> str:
     lines = [f"[{number}] outcome={entry.outcome} score={entry.score:.2f}"]
+    if entry.real:
+        lines.append("seen: real tool result")
     lines += [f"action: {action}" for action in entry.actions]
     lines.append(f"imagined: {imagined}")
     return "\n".join(lines)

@@ -1,23 +1,41 @@
-"""The planner: rehearse privately, then commit one assistant turn (DESIGN §5).
+"""The planner: rehearse privately, then commit one assistant turn (DESIGN §5, §5b).
 
 ``Planner.run(request, budget, rng=...)`` is the whole public surface. By mode:
 
 - **off** (or no tools): one plain acting call, nothing else.
-- **parallel**: one acting call with ``n = budget``; candidates are grouped by signature. A
-  final-answer majority commits the first answer; with ``early_exit`` and at least two samples,
-  unanimous candidates commit at once. Otherwise every distinct tool action is walked
+- **parallel**: candidates are sampled with ``n``; every distinct tool action is walked
   concurrently (``RehearsalContext.walk``), then committed.
 - **sequential**: attempt i acts with the memory note of attempts 1..i-1 in context and is walked
-  before attempt i+1 starts; with ``early_exit``, an attempt that rehearses clean and repeats the
-  previous attempt's action is committed at once.
-- **commit**: ``reflect`` makes one more acting call (role ``commit``, low temperature) with the
-  memory note as the conversation's last message; ``select`` applies ``commit.select``.
+  before attempt i+1 starts.
 
-Everything up to the commit runs under one ``asyncio.timeout`` of ``deadline_ms``. When it
-expires, or the first acting call fails, the planner commits from what it has (``select`` over
-the walks so far) or, with no candidate at all, makes a plain acting call; the result says
+Every candidate is first checked against the request's tool schemas (``rehearsal.checks``): a
+call the check vetoes is never imagined. A tool whose imagination trust switched ``off`` is not
+imagined either. How the commit is chosen depends on ``commit`` (``rehearsal.commit`` has the
+evidence and the rules):
+
+- **anchored** (default): the *anchor* is the plain acting call rehearsal off would make, with the
+  client's own sampling. It is checked and rehearsed; unless it is vetoed — by the check, or by
+  imagination of a trusted tool — it is committed. Only then are alternatives sampled (parallel:
+  one call with ``n = budget - 1``; sequential: attempts with the memory note), and the first
+  rehearsed-clean one replaces the anchor. With none, the anchor stays (or, when the anchor is
+  schema-invalid, the best schema-valid candidate). Rehearsal therefore changes a decision only
+  on evidence, and costs two engine calls when the anchor is fine.
+- **select**: ``commit.select`` over the walks; when every candidate has evidence against it,
+  one verified ``reflect`` call.
+- **reflect**: one more acting call (role ``commit``, low temperature) with the memory note as the
+  conversation's last message. Its action is committed only when it was rehearsed clean — already
+  among the walks, or walked now (one more imagine step) — else the best rehearsed candidate is.
+
+Parallel select/reflect keep their early exits (a final-answer majority; unanimous candidates
+with ``early_exit``), sequential select/reflect stop when an attempt is clean and repeats the
+previous one. Everything before the select/reflect commit runs under one ``asyncio.timeout`` of
+``deadline_ms``; when it expires, or the first acting call fails, the planner commits from what
+it has, by the same rules, or with nothing at all makes a plain acting call; the result says
 ``degraded`` and why. Branches run in ``asyncio.TaskGroup``s, so a cancelled rehearsal — deadline
 or client gone — leaves no task behind. Engine-call counts per mode are in docs/rehearsal.md.
+
+Session memory holds only *real* outcomes (written by the server's feedback path when a client
+sends a tool result back); imagined vetoes are hints of one turn and are never stored.
 """
 
 from __future__ import annotations
@@ -29,8 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rehearsal.budget import Budget
-from rehearsal.commit import select
-from rehearsal.context import PlannerSettings, RehearsalContext, RehearsalRequest
+from rehearsal.commit import AGAINST, Selection, evidence, least_bad, replacement, select
+from rehearsal.context import PlannerSettings, RehearsalContext, RehearsalRequest, WalkState
 from rehearsal.errors import GeneratorError
 from rehearsal.memory import MemoryEntry, entry_for, note_message, render_note
 from rehearsal.messages import ANSWER, AssistantTurn
@@ -44,9 +62,19 @@ class Decision:
 
     turn: AssistantTurn
     why: str
+    path: str
     chosen_index: int | None = None
     chosen_trajectory: int | None = None
     early_exit: str | None = None
+
+
+def _decided(selection: Selection, path: str, why: str | None = None) -> Decision:
+    best = selection.trajectory
+    index = best.samples[0] if best.samples else None
+    return Decision(
+        turn=best.first_turn, why=why or selection.why, path=path,
+        chosen_index=index, chosen_trajectory=best.index,
+    )  # fmt: skip
 
 
 class Planner:
@@ -77,18 +105,19 @@ class Planner:
         if not budget.active or not request.tools:
             with ctx.phase("act"):
                 turn = await ctx.plain()
-            return self._result(ctx, Decision(turn, "rehearsal off"), None, started)
+            return self._result(ctx, Decision(turn, "rehearsal off", "off"), started)
         decision = await self._rehearse(ctx)
         if decision is None:
             decision = await self._salvage(ctx)
-        await self._remember(ctx)
-        return self._result(ctx, decision, ctx.note, started)
+        return self._result(ctx, decision, started)
 
     async def _rehearse(self, ctx: RehearsalContext) -> Decision | None:
         """The mode's work under the deadline, then the commit; None when it must be salvaged."""
         try:
             async with asyncio.timeout(ctx.budget.deadline_ms / 1000.0) as scope:
                 ctx.prior = await self._recall(ctx)
+                if ctx.budget.commit == "anchored":
+                    return await self._anchored(ctx)
                 mode = self._parallel if ctx.budget.mode == "parallel" else self._sequential
                 early = await mode(ctx)
         except TimeoutError:
@@ -99,8 +128,63 @@ class Planner:
         except GeneratorError as exc:
             ctx.fault("engine_error", f"act: {exc}")
             return None
-        # Outside the deadline: the commit may already be streaming to the client.
+        # Outside the deadline: the commit call is the answer the client is waiting for.
         return early if early is not None else await self._commit(ctx)
+
+    # -- anchored ---------------------------------------------------------------------------
+
+    async def _anchored(self, ctx: RehearsalContext) -> Decision:
+        with ctx.phase("act"):
+            anchor = await ctx.plain()
+        ctx.candidates.append(anchor)
+        walk = ctx.new_walk((0,), anchor)
+        if walk.ended is None:
+            with ctx.phase("rehearse"):
+                await ctx.walk(walk, random.Random(ctx.seed()))
+        if evidence(walk.freeze(), ctx.request.trust) not in AGAINST or ctx.budget.budget < 2:
+            return self._anchored_choice(ctx)
+        if ctx.budget.mode == "parallel":
+            await self._alternatives(ctx, anchor)
+        else:
+            await self._attempts(ctx, first=1)
+        return self._anchored_choice(ctx)
+
+    async def _alternatives(self, ctx: RehearsalContext, anchor: AssistantTurn) -> None:
+        """Sample ``budget - 1`` alternatives to a vetoed anchor and walk each new action."""
+        messages = list(ctx.request.messages)
+        try:
+            with ctx.phase("act"):
+                turns = await ctx.act(messages, n=ctx.budget.budget - 1, seed=ctx.seed())
+        except GeneratorError as exc:
+            ctx.fault("engine_error", f"alternatives: {exc}")
+            return
+        groups: dict[str, list[int]] = {}
+        for turn in turns:
+            ctx.candidates.append(turn)
+            if turn.signature != anchor.signature:
+                groups.setdefault(turn.signature, []).append(len(ctx.candidates) - 1)
+        walks = [ctx.new_walk(tuple(ix), ctx.candidates[ix[0]]) for ix in groups.values()]
+        await self._walk_all(ctx, walks)
+
+    def _anchored_choice(self, ctx: RehearsalContext) -> Decision:
+        """Keep the anchor unless evidence says otherwise (module docstring); never calls."""
+        trajectories = [w.freeze() for w in ctx.walks]
+        anchor = trajectories[0]
+        found = evidence(anchor, ctx.request.trust)
+        if found not in AGAINST:
+            path = "trust_off" if anchor.outcome == "unrehearsed" else "anchor"
+            return Decision(anchor.first_turn, f"anchor kept ({found})", path, 0, 0)
+        better = replacement(trajectories, ctx.request.trust, instead_of=anchor.signature)
+        if better is not None:
+            return _decided(better, "replaced")
+        if found == "invalid":
+            fallback = least_bad(trajectories, ctx.request.trust)
+            if fallback.trajectory.index != 0:
+                return _decided(fallback, "valid_fallback")
+        why = f"anchor kept although {found}: no rehearsed-clean alternative"
+        return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0)
+
+    # -- select and reflect -----------------------------------------------------------------
 
     async def _parallel(self, ctx: RehearsalContext) -> Decision | None:
         """An early decision, or None once every distinct action was walked (commit due)."""
@@ -112,25 +196,39 @@ class Planner:
             groups.setdefault(turn.signature, []).append(index)
         answers = groups.get(ANSWER, [])
         if 2 * len(answers) > len(turns):
-            return Decision(turns[answers[0]], "final-answer majority", answers[0], None, "answer")
-        if ctx.budget.early_exit and len(turns) >= 2 and len(groups) == 1:
-            return Decision(turns[0], "unanimous candidates", 0, None, "unanimous")
+            return Decision(
+                turns[answers[0]], "final-answer majority", "early_exit", answers[0],
+                early_exit="answer",
+            )  # fmt: skip
         walks = [ctx.new_walk(tuple(ix), turns[ix[0]]) for ix in groups.values()]
+        unanimous = len(turns) >= 2 and len(groups) == 1 and walks[0].ended != "veto"
+        if ctx.budget.early_exit and unanimous:
+            return Decision(turns[0], "unanimous candidates", "early_exit", 0, 0, "unanimous")
+        await self._walk_all(ctx, walks)
+        return None
+
+    async def _walk_all(self, ctx: RehearsalContext, walks: list[WalkState]) -> None:
         rngs = [random.Random(ctx.seed()) for _ in walks]
         with ctx.phase("rehearse"):
             async with asyncio.TaskGroup() as group:
                 for walk, rng in zip(walks, rngs, strict=True):
                     if walk.ended is None:
                         group.create_task(ctx.walk(walk, rng))
-        return None
 
     async def _sequential(self, ctx: RehearsalContext) -> Decision | None:
         """An early decision on agreement, or None after the last attempt (commit due)."""
-        conversation = list(ctx.request.messages)
-        for attempt in range(ctx.budget.budget):
-            entries = [entry_for(w.freeze()) for w in ctx.walks] + ctx.prior
-            ctx.note = render_note(entries, ctx.settings.memory_tokens) if entries else None
-            messages = conversation + ([note_message(ctx.note)] if ctx.note else [])
+        return await self._attempts(ctx, first=0)
+
+    async def _attempts(self, ctx: RehearsalContext, *, first: int) -> Decision | None:
+        """Sequential attempts ``first``..budget-1, each with the memory of those before it.
+
+        Anchored (``first`` = 1, after the anchor) stops at the first rehearsed-clean attempt;
+        select/reflect stop early when an attempt is clean and repeats the previous one.
+        """
+        anchored = ctx.budget.commit == "anchored"
+        for attempt in range(first, ctx.budget.budget):
+            ctx.note = self._note(ctx, [w.freeze() for w in ctx.walks])
+            messages = list(ctx.request.messages) + ([note_message(ctx.note)] if ctx.note else [])
             try:
                 with ctx.phase("act"):
                     turn = (await ctx.act(messages, n=1, seed=ctx.seed()))[0]
@@ -140,50 +238,97 @@ class Planner:
                 ctx.fault("engine_error", f"attempt {attempt + 1}: {exc}")
                 break
             ctx.candidates.append(turn)
-            walk = ctx.new_walk((attempt,), turn)
+            if anchored and any(w.steps[0].turn.signature == turn.signature for w in ctx.walks):
+                continue  # an action already rehearsed: its evidence is known
+            walk = ctx.new_walk((len(ctx.candidates) - 1,), turn)
             if walk.ended is None:
                 with ctx.phase("rehearse"):
                     await ctx.walk(walk, random.Random(ctx.seed()))
             done = walk.freeze()
-            if ctx.budget.early_exit and attempt > 0 and _agrees(done, ctx.walks[-2].freeze()):
-                return Decision(turn, "attempt agreed with the previous one", attempt,
-                                done.index, "agreement")  # fmt: skip
+            found = evidence(done, ctx.request.trust)
+            if anchored and found == "clean":
+                return None
+            clean = found in ("clean", "answer")
+            agrees = attempt > 0 and done.signature == ctx.walks[-2].freeze().signature
+            if not anchored and ctx.budget.early_exit and clean and agrees:
+                return Decision(
+                    turn, "attempt agreed with the previous one", "early_exit",
+                    done.samples[0], done.index, "agreement",
+                )  # fmt: skip
         return None
+
+    def _note(self, ctx: RehearsalContext, trajectories: list[Trajectory]) -> str | None:
+        """The memory note: walks whose evidence may steer (untrusted vetoes are left out)."""
+        trust = ctx.request.trust
+        entries = [entry_for(t) for t in trajectories if evidence(t, trust) != "doubted"]
+        entries += _unseen(ctx.prior, trajectories)
+        return render_note(entries, ctx.settings.memory_tokens) if entries else None
 
     async def _commit(self, ctx: RehearsalContext) -> Decision:
         trajectories = [w.freeze() for w in ctx.walks]
-        # ``select`` never commits an action rehearsal advised against: when every candidate
-        # went badly it falls back to one memory-guided acting call, as ``reflect`` would.
-        every_bad = all(t.avoided for t in trajectories)
-        if ctx.budget.commit == "reflect" or every_bad:
-            entries = [entry_for(t) for t in trajectories] + _unseen(ctx.prior, trajectories)
-            ctx.note = render_note(entries, ctx.settings.memory_tokens)
-            messages = [*ctx.request.messages, note_message(ctx.note)]
-            try:
-                with ctx.phase("commit"):
-                    turns = await ctx.act(messages, n=1, seed=ctx.seed(), role="commit")
-            except GeneratorError as exc:
-                ctx.fault("engine_error", f"reflect: {exc}")
-            else:
-                decision = _reflected(turns[0], trajectories)
-                if ctx.budget.commit == "select":
-                    why = "select: every candidate rehearsed badly; committed after reflecting"
-                    return replace(decision, why=why)
-                return decision
-        return _selected(trajectories)
+        if ctx.budget.commit == "select":
+            chosen = select(trajectories, ctx.request.trust)
+            if chosen is not None:
+                return _decided(chosen, "selected")
+        return await self._reflect(ctx, trajectories)
+
+    async def _reflect(self, ctx: RehearsalContext, trajectories: list[Trajectory]) -> Decision:
+        """One memory-guided commit call whose action is committed only once rehearsed clean."""
+        ctx.note = self._note(ctx, trajectories) or render_note([], ctx.settings.memory_tokens)
+        messages = [*ctx.request.messages, note_message(ctx.note)]
+        try:
+            with ctx.phase("commit"):
+                turn = (await ctx.act(messages, n=1, seed=ctx.seed(), role="commit"))[0]
+        except GeneratorError as exc:
+            ctx.fault("engine_error", f"reflect: {exc}")
+            return self._fallback(ctx, "reflect failed")
+        ctx.candidates.append(turn)
+        same = [t for t in trajectories if t.signature == turn.signature]
+        if same:
+            if evidence(same[0], ctx.request.trust) in AGAINST:
+                return self._fallback(ctx, "reflect chose a ruled-out action")
+            index = same[0].samples[0] if same[0].samples else None
+            why = "reflect: committed a rehearsed action after reading the memory note"
+            return Decision(turn, why, "reflected", index, same[0].index)
+        walk = ctx.new_walk((len(ctx.candidates) - 1,), turn)
+        if walk.ended is None:
+            with ctx.phase("commit"):
+                await ctx.walk(walk, random.Random(ctx.seed()), depth=1)
+        verified = walk.freeze()
+        if evidence(verified, ctx.request.trust) in ("clean", "answer"):
+            why = "reflect: a new action, rehearsed clean before it was committed"
+            return Decision(turn, why, "reflected", verified.samples[0], verified.index)
+        return self._fallback(ctx, "reflect's new action did not rehearse clean")
+
+    def _fallback(self, ctx: RehearsalContext, reason: str) -> Decision:
+        """The best rehearsed candidate (or the least bad one) when reflect cannot be used."""
+        trajectories = [w.freeze() for w in ctx.walks]
+        chosen = select(trajectories, ctx.request.trust)
+        if chosen is not None:
+            return _decided(chosen, "reflect_fallback", f"{reason}; {chosen.why}")
+        worst = least_bad(trajectories, ctx.request.trust)
+        return _decided(worst, "least_bad", f"{reason}; {worst.why}")
+
+    # -- faults and memory ------------------------------------------------------------------
 
     async def _salvage(self, ctx: RehearsalContext) -> Decision:
         """Commit from what is known after a deadline or a failed first call."""
         if ctx.walks:
-            decision = _selected([w.freeze() for w in ctx.walks])
-            return Decision(decision.turn, f"degraded {decision.why}", decision.chosen_index,
-                            decision.chosen_trajectory)  # fmt: skip
+            if ctx.budget.commit == "anchored":
+                decision = self._anchored_choice(ctx)
+            else:
+                trajectories = [w.freeze() for w in ctx.walks]
+                chosen = select(trajectories, ctx.request.trust) or least_bad(
+                    trajectories, ctx.request.trust
+                )
+                decision = _decided(chosen, "salvaged")
+            return replace(decision, why=f"degraded {decision.why}", path="salvaged")
         with ctx.phase("commit"):
             turn = await ctx.plain()
-        return Decision(turn, "degraded: plain acting call, nothing rehearsed")
+        return Decision(turn, "degraded: plain acting call, nothing rehearsed", "salvaged")
 
     async def _recall(self, ctx: RehearsalContext) -> list[MemoryEntry]:
-        """Earlier rehearsals' avoided actions in this session; a store failure means none."""
+        """Real failures remembered from earlier turns of this session; a store failure: none."""
         tenant, session = ctx.request.tenant, ctx.request.session
         limit = ctx.settings.session_memory_limit
         if ctx.store is None or tenant is None or session is None or limit <= 0:
@@ -194,23 +339,13 @@ class Planner:
             ctx.fault("store_error", f"recent_memory ({type(exc).__name__})")
             return []
         entries = [MemoryEntry.from_dict(item) for item in raw]
-        return [e for e in entries if e is not None and e.avoided]
+        return [e for e in entries if e is not None and e.real and e.avoided]
 
-    async def _remember(self, ctx: RehearsalContext) -> None:
-        tenant, session = ctx.request.tenant, ctx.request.session
-        if ctx.store is None or tenant is None or session is None or not ctx.walks:
-            return
-        entries = [entry_for(w.freeze()).to_dict() for w in ctx.walks]
-        try:
-            await ctx.store.append_memory(tenant, session, entries)
-        except Exception as exc:  # the answer is ready; losing the memory only costs hindsight
-            ctx.fault("store_error", f"append_memory ({type(exc).__name__})")
-
-    def _result(
-        self, ctx: RehearsalContext, decision: Decision, memory: str | None, started: float
-    ) -> RehearsalResult:
+    def _result(self, ctx: RehearsalContext, decision: Decision, started: float) -> RehearsalResult:
         phases = ctx.phases
         total = (self.clock() - started) * 1000.0
+        check = ctx.checker.check_turn(decision.turn)
+        tools = {call.name for turn in ctx.candidates for call in turn.tool_calls}
         return RehearsalResult(
             turn=decision.turn,
             budget=ctx.budget,
@@ -220,36 +355,22 @@ class Planner:
             chosen_index=decision.chosen_index,
             why=decision.why,
             early_exit=decision.early_exit,
+            commit_path=decision.path,
+            commit_check="schema_invalid" if check.invalid else check.status,
+            commit_check_detail=check.message,
+            trust={tool: ctx.policy(tool) for tool in sorted(tools)},
             degraded=_degraded(ctx.faults),
             faults=tuple(ctx.faults),
-            memory_note=memory,
+            memory_note=ctx.note,
             calls=dict(ctx.calls),
             tokens=dict(ctx.tokens),
             timings=Timings(phases["act"], phases["rehearse"], phases["commit"], total),
         )
 
 
-def _agrees(current: Trajectory, previous: Trajectory) -> bool:
-    clean = not current.avoided and current.outcome != "open"
-    return clean and current.signature == previous.signature
-
-
 def _unseen(prior: list[MemoryEntry], trajectories: list[Trajectory]) -> list[MemoryEntry]:
     seen = {t.first_turn.actions for t in trajectories}
     return [entry for entry in prior if entry.actions not in seen]
-
-
-def _reflected(turn: AssistantTurn, trajectories: list[Trajectory]) -> Decision:
-    same = [t for t in trajectories if t.signature == turn.signature]
-    index = same[0].samples[0] if same else None
-    chosen = same[0].index if same else None
-    return Decision(turn, "reflect: committed after reading the memory note", index, chosen)
-
-
-def _selected(trajectories: list[Trajectory]) -> Decision:
-    chosen = select(trajectories)
-    best = chosen.trajectory
-    return Decision(best.first_turn, chosen.why, best.samples[0], best.index)
 
 
 def _degraded(faults: list[str]) -> str | None:

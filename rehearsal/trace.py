@@ -5,16 +5,22 @@ Vocabulary, from the smallest piece up:
 - an ``ImaginedObservation`` is one tool call's result as the rehearsal role predicted it;
 - a ``Step`` is one acting turn and the observations imagined for each of its tool calls;
 - a ``Trajectory`` is the steps that followed one candidate action, and how they ``ended``:
-  ``answer`` | ``veto`` | ``error`` | ``unparsed`` | ``depth`` | ``deadline`` | ``engine_error``;
+  ``answer`` | ``veto`` | ``error`` | ``unparsed`` | ``depth`` | ``deadline`` | ``engine_error``
+  | ``skipped`` (trust switched imagination off for the tool);
 - the ``RehearsalResult`` holds the committed turn plus everything needed to explain it.
 
 A trajectory's ``outcome`` and ``score`` are pure functions of its steps, so the memory note,
 the commit rule and the trace can never disagree about them. ``outcome`` judges the *first*
 action (what would be committed): the first step's worst observation if any went wrong
 (``veto:<CODE>``, ``unparsed``, ``error``), else ``answer`` when the trajectory reached a final
-answer, ``open`` when a deadline or an engine error cut it short, ``ok`` otherwise. ``score`` is
+answer, ``open`` when a deadline or an engine error cut it short, ``unrehearsed`` when the first
+step was skipped, ``ok`` otherwise. ``score`` is
 1 for an answer and 0 for a bad first step; else the share of rehearsed steps that were clean
 (an answer counts as clean), or 0.5 when nothing was rehearsed yet.
+
+An observation's ``source`` is ``imagined`` (the rehearsal role's prediction) or ``check`` (a
+deterministic schema check vetoed the call before any imagination, code ``SCHEMA_INVALID``); the
+two kinds of veto are counted apart everywhere.
 
 Every object here converts to plain JSON with ``to_dict``.
 """
@@ -29,8 +35,10 @@ from rehearsal.budget import Budget
 from rehearsal.messages import JSON, AssistantTurn, ToolCall, Usage
 from rehearsal.parsing import Verdict
 
-Ending = Literal["answer", "veto", "error", "unparsed", "depth", "deadline", "engine_error"]
-AVOIDED = ("veto", "error", "unparsed")  # the outcomes (and veto prefix) a commit steers away from
+Ending = Literal[
+    "answer", "veto", "error", "unparsed", "depth", "deadline", "engine_error", "skipped"
+]
+Source = Literal["imagined", "check"]
 _SEVERITY: dict[str, int] = {"veto": 0, "unparsed": 1, "error": 2}
 
 
@@ -46,6 +54,7 @@ class ImaginedObservation:
     detail: str = ""
     examples: int = 0  # how many grounding observations the prompt carried
     elapsed_ms: float = 0.0
+    source: Source = "imagined"
 
     @property
     def outcome(self) -> str:
@@ -59,6 +68,7 @@ class ImaginedObservation:
         return {
             "call": self.call.to_dict(),
             "outcome": self.outcome,
+            "source": self.source,
             "result": self.result,
             "raw": self.raw,
             "detail": self.detail,
@@ -122,6 +132,8 @@ class Trajectory:
             return worst.outcome
         if self.ended in ("deadline", "engine_error"):
             return "open"
+        if self.ended == "skipped" and not first.observations:
+            return "unrehearsed"
         return "answer" if self.ended == "answer" else "ok"
 
     @property
@@ -135,11 +147,6 @@ class Trajectory:
         if not rehearsed:
             return 0.5
         return sum(s.clean for s in rehearsed) / len(rehearsed)
-
-    @property
-    def avoided(self) -> bool:
-        """Whether a commit should steer away from this trajectory's first action."""
-        return self.outcome.split(":", 1)[0] in AVOIDED or self.score < 0.5
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -179,6 +186,10 @@ class RehearsalResult:
     chosen_index: int | None = None
     why: str = ""
     early_exit: str | None = None
+    commit_path: str = "off"
+    commit_check: str = "ok"  # the committed turn: ok | schema_invalid | unchecked
+    commit_check_detail: str = ""
+    trust: dict[str, str] = field(default_factory=dict)  # tool -> trust policy it was under
     degraded: str | None = None
     faults: tuple[str, ...] = ()
     memory_note: str | None = None
@@ -199,10 +210,33 @@ class RehearsalResult:
     def distinct_actions(self) -> int:
         return len({c.signature for c in self.candidates})
 
+    def _count_vetoes(self, source: str) -> int:
+        return sum(
+            o.verdict == "veto" and o.source == source
+            for t in self.trajectories
+            for s in t.steps
+            for o in s.observations
+        )
+
     @property
     def vetoes(self) -> int:
-        return sum(
-            o.verdict == "veto" for t in self.trajectories for s in t.steps for o in s.observations
+        """Vetoes the rehearsal role imagined."""
+        return self._count_vetoes("imagined")
+
+    @property
+    def checked_vetoes(self) -> int:
+        """Vetoes a deterministic check decided, with no imagination spent."""
+        return self._count_vetoes("check")
+
+    @property
+    def committed_rehearsed(self) -> bool | None:
+        """Whether the committed action was imagined in this rehearsal (None for an answer)."""
+        if self.turn.is_answer:
+            return None
+        return any(
+            t.signature == self.turn.signature
+            and any(o.source == "imagined" for o in t.steps[0].observations)
+            for t in self.trajectories
         )
 
     def summary(self) -> dict[str, Any]:
@@ -215,8 +249,14 @@ class RehearsalResult:
             "trajectories": len(self.trajectories),
             "distinct_actions": self.distinct_actions,
             "vetoes": self.vetoes,
+            "checked_vetoes": self.checked_vetoes,
             "early_exit": self.early_exit is not None,
             "chosen_index": self.chosen_index,
+            "commit_path": self.commit_path,
+            "commit_check": self.commit_check,
+            "committed_rehearsed": self.committed_rehearsed,
+            "trust": dict(self.trust),
+            "engine_calls": self.engine_calls,
             "degraded": self.degraded,
             "latency_ms": self.timings.to_dict(),
             "tokens": {role: usage.to_dict() for role, usage in self.tokens.items()},
@@ -229,6 +269,7 @@ class RehearsalResult:
             "budget_knobs": self.budget.to_dict(),
             "turn": self.turn.to_dict(),
             "why": self.why,
+            "commit_check_detail": self.commit_check_detail,
             "early_exit_reason": self.early_exit,
             "chosen_trajectory": self.chosen_trajectory,
             "faults": list(self.faults),

@@ -103,10 +103,22 @@ def test_defaults_beyond_caps_are_reported_as_defaults() -> None:
     ("knobs", "calls_per_turn", "expected"),
     [
         pytest.param({"mode": "off"}, 1, 1, id="off"),
-        pytest.param({"budget": 4, "depth": 1, "commit": "select"}, 1, 5, id="parallel-d1"),
-        pytest.param({"budget": 4, "depth": 3}, 1, 1 + 4 * 5 + 1, id="parallel-d3-reflect"),
-        pytest.param({"budget": 2, "depth": 2}, 2, 1 + 2 * 5 + 1, id="parallel-two-calls"),
-        pytest.param({"mode": "sequential", "budget": 3, "depth": 2}, 1, 3 * 4 + 1, id="seq"),
+        # select may reflect (1) and verify the reflected action (c) when every candidate is bad
+        pytest.param({"budget": 4, "depth": 1, "commit": "select"}, 1, 5 + 2, id="parallel-d1"),
+        pytest.param(
+            {"budget": 4, "depth": 3, "commit": "reflect"}, 1, 1 + 4 * 5 + 2, id="parallel-reflect"
+        ),
+        # anchored: the anchor is its own call, then one call samples the alternatives
+        pytest.param({"budget": 4, "depth": 3}, 1, 2 + 4 * 5, id="parallel-anchored"),
+        pytest.param({"budget": 2, "depth": 2}, 2, 2 + 2 * 5, id="parallel-two-calls"),
+        pytest.param({"budget": 1}, 1, 1 + 1, id="parallel-anchored-k1"),
+        pytest.param({"mode": "sequential", "budget": 3, "depth": 2}, 1, 3 * 4, id="seq"),
+        pytest.param(
+            {"mode": "sequential", "budget": 3, "depth": 2, "commit": "reflect"},
+            1,
+            3 * 4 + 2,
+            id="seq-reflect",
+        ),
     ],
 )
 def test_max_engine_calls_formula(

@@ -30,15 +30,18 @@ from tests.rehearsal.conftest import CONVERSATION, make_request
 
 GET = tool_turn("get_order", {"order_id": "#W1001"})
 CANCEL = tool_turn("cancel_order", {"order_id": "#W1001", "reason": "no longer needed"})
-BAD_CANCEL = tool_turn("cancel_order", {"order_id": "#W1001", "reason": "whim"})
+# Schema-valid, but imagination predicts it fails (the order number is another customer's).
+BAD_CANCEL = tool_turn("cancel_order", {"order_id": "#W1002", "reason": "no longer needed"})
 
 
 def is_bad_cancel(request: Any) -> bool:
-    return about("cancel_order")(request) and "whim" in request.messages[-1]["content"]
+    return about("cancel_order")(request) and "#W1002" in request.messages[-1]["content"]
 
 
 async def run(engine: ScriptedGenerator, rng: random.Random, store: Any = None, **knobs: Any):
+    """The planner on the shared request; ``reflect`` unless a test asks for another commit."""
     request_fields = knobs.pop("request", {})
+    knobs.setdefault("commit", "reflect")
     planner = Planner(engine, store)
     return await planner.run(make_request(**request_fields), Budget(**knobs), rng=rng)
 
@@ -83,9 +86,10 @@ async def test_select_when_every_candidate_is_vetoed_reflects_once(rng: random.R
     engine.enqueue(veto("INVALID_PARAMETERS"), match=is_bad_cancel)
     engine.enqueue(imagined({"error": "no such order"}), match=about("get_order"))
     engine.enqueue(acting(CANCEL), role="commit")
+    engine.enqueue(imagined({"status": "cancelled"}), match=about("cancel_order"))
     result = await run(engine, rng, budget=3, commit="select")
-    assert result.turn == CANCEL
-    assert "every candidate" in result.why
+    assert (result.turn, result.commit_path) == (CANCEL, "reflected")
+    assert len(engine.by_role("rehearse")) == 3  # the reflected action was verified too
     (commit,) = engine.by_role("commit")
     assert commit.messages[-1]["content"] == result.memory_note
 
@@ -112,6 +116,7 @@ async def test_reflect_sends_the_memory_note_after_the_conversation(rng: random.
     engine.enqueue(veto("INVALID_PARAMETERS"), match=is_bad_cancel)
     engine.enqueue(imagined({"status": "pending"}), match=about("get_order"))
     engine.enqueue(acting(CANCEL), role="commit")
+    engine.enqueue(imagined({"status": "cancelled"}), match=about("cancel_order"))
     result = await run(engine, rng, budget=2)
     (commit,) = engine.by_role("commit")
     assert commit.messages[: len(CONVERSATION)] == CONVERSATION
@@ -122,11 +127,8 @@ async def test_reflect_sends_the_memory_note_after_the_conversation(rng: random.
     assert "[1] outcome=veto:INVALID_PARAMETERS score=0.00" in note["content"]
     assert commit.temperature == 0.2
     assert commit.tools is not None
-    assert (result.turn, result.chosen_index, result.why.startswith("reflect")) == (
-        CANCEL,
-        None,
-        True,
-    )
+    assert (result.turn, result.chosen_index, result.commit_path) == (CANCEL, 2, "reflected")
+    assert result.committed_rehearsed is True  # the new action was imagined before committing
 
 
 async def test_reflect_matching_a_candidate_reports_it(rng: random.Random) -> None:
@@ -146,8 +148,7 @@ async def test_depth_three_ends_at_a_final_answer(rng: random.Random) -> None:
     engine.enqueue(acting(GET), acting(CANCEL), acting(answer_turn("Cancelled.")), role="act")
     engine.enqueue(imagined({"status": "pending"}), match=about("get_order"))
     engine.enqueue(imagined({"status": "cancelled"}), match=about("cancel_order"))
-    engine.enqueue(acting(CANCEL), role="commit")
-    result = await run(engine, rng, budget=1, depth=3)
+    result = await run(engine, rng, budget=1, depth=3, commit="select")
     (trajectory,) = result.trajectories
     assert (trajectory.ended, trajectory.outcome, len(trajectory.steps)) == ("answer", "answer", 3)
     assert trajectory.score == 1.0
@@ -160,7 +161,7 @@ async def test_depth_three_ends_at_a_final_answer(rng: random.Random) -> None:
     }
     rehearse_cancel = engine.by_role("rehearse")[1].messages[1]["content"]
     assert 'Tool[get_order]: {"status": "pending"}' in rehearse_cancel
-    assert len(engine.requests) == 1 + 1 + (1 + 1) + 1 + 1
+    assert len(engine.requests) == 1 + 1 + (1 + 1) + 1
 
 
 async def test_depth_stops_at_a_later_veto(rng: random.Random) -> None:
@@ -318,8 +319,12 @@ async def test_reflect_failure_degrades_to_select(rng: random.Random) -> None:
     engine.enqueue(imagined({"status": "pending"}), match=about("get_order"))
     engine.enqueue(GeneratorError("commit engine down"), role="commit")
     result = await run(engine, rng, budget=2)
-    assert (result.turn, result.degraded) == (GET, "engine_error")
-    assert result.why.startswith("select")
+    assert (result.turn, result.degraded, result.commit_path) == (
+        GET,
+        "engine_error",
+        "reflect_fallback",
+    )
+    assert result.why.startswith("reflect failed; select")
 
 
 async def test_sequential_later_attempt_failure_commits_what_is_known(rng: random.Random) -> None:
@@ -354,7 +359,11 @@ async def test_grounding_is_fetched_once_per_tool_and_arguments(rng: random.Rand
     """The same call imagined twice in one rehearsal asks the store for grounding once."""
     store = InMemoryStore()
     engine = ScriptedGenerator()
-    engine.enqueue(acting(multi_call_turn(("get_order", {"a": 1}), ("get_order", {"a": 1}))))
+    engine.enqueue(
+        acting(
+            multi_call_turn(("get_order", {"order_id": "#1"}), ("get_order", {"order_id": "#1"}))
+        )
+    )
     engine.enqueue(imagined({"status": "pending"}), imagined({"status": "pending"}))
     await run(engine, rng, store, budget=1, commit="select", request={"tenant": "t1"})
     assert store.calls.count("grounding") == 1
@@ -414,27 +423,31 @@ async def test_grounding_fills_the_few_shot_section(rng: random.Random) -> None:
     assert result.degraded is None
 
 
-async def test_session_memory_is_recalled_and_remembered(rng: random.Random) -> None:
-    """Earlier vetoes of the session join the note; this rehearsal's entries are stored."""
+async def test_session_memory_recalls_real_failures_and_stores_nothing_imagined(
+    rng: random.Random,
+) -> None:
+    """Real failures of the session join the note as facts; imagined entries are never stored."""
     store = InMemoryStore()
-    old = MemoryEntry("veto:TOOL_NOT_AVAILABLE", 0.0, ("refund_all {}",), None)
-    ok_old = MemoryEntry("ok", 1.0, ("get_order {}",), None)
-    store.memory[("t1", "s1")] = [old.to_dict(), ok_old.to_dict(), {"junk": 1}]
+    real = MemoryEntry("error", 0.0, ("refund_all {}",), '{"error":"denied"}', source="real")
+    imagined_old = MemoryEntry("veto:TOOL_NOT_AVAILABLE", 0.0, ("get_order {}",), None)
+    real_ok = MemoryEntry("ok", 1.0, ("list_orders {}",), None, source="real")
+    entries = [real.to_dict(), imagined_old.to_dict(), real_ok.to_dict(), {"junk": 1}]
+    store.memory[("t1", "s1")] = entries
     engine = ScriptedGenerator()
     engine.enqueue(acting(GET, CANCEL), role="act")
     engine.enqueue(imagined({"status": "pending"}), imagined({"status": "cancelled"}))
     engine.enqueue(acting(GET), role="commit")
     result = await run(engine, rng, store, budget=2, request={"tenant": "t1", "session": "s1"})
     note = engine.by_role("commit")[0].messages[-1]["content"]
-    assert "[3] outcome=veto:TOOL_NOT_AVAILABLE score=0.00\naction: refund_all {}" in note
-    assert "get_order {}" not in note
-    stored = store.memory[("t1", "s1")]
-    assert len(stored) == 5
-    assert {MemoryEntry.from_dict(e).outcome for e in stored[:2]} == {"ok"}  # type: ignore[union-attr]
+    assert "[3] outcome=error score=0.00\nseen: real tool result\naction: refund_all {}" in note
+    assert "get_order {}" not in note  # an imagined veto of an earlier turn is not a fact
+    assert "list_orders" not in note
+    assert store.memory[("t1", "s1")] == entries
+    assert "append_memory" not in store.calls
     assert result.degraded is None
 
 
-@pytest.mark.parametrize("op", ["recent_memory", "grounding", "append_memory"])
+@pytest.mark.parametrize("op", ["recent_memory", "grounding"])
 async def test_store_failures_never_break_a_rehearsal(rng: random.Random, op: str) -> None:
     """Any store operation failing is recorded; the rehearsal completes without memory."""
     store = InMemoryStore()

@@ -68,10 +68,10 @@ def test_select_prefers_frequency_then_answers_then_score_then_order() -> None:
     """The select rule's tie-breaks, one at a time."""
     frequent = Trajectory(0, (0, 2), (step(TOOL, "ok"),), "depth")
     answered = Trajectory(1, (1,), (step(PAIR, "ok", "ok"), Step(answer_turn("x"))), "answer")
-    assert select([answered, frequent]).trajectory is frequent
+    assert select([answered, frequent], {}).trajectory is frequent
     plain = Trajectory(2, (0,), (step(TOOL, "ok"),), "depth")
-    assert select([plain, answered]).trajectory is answered
+    assert select([plain, answered], {}).trajectory is answered
     half = Trajectory(3, (0,), (step(TOOL, "ok"), step(TOOL, "veto")), "veto")
-    assert select([half, plain]).trajectory is plain
+    assert select([half, plain], {}).trajectory is plain
     later = Trajectory(4, (5,), (step(TOOL, "ok"),), "depth")
-    assert select([later, plain]).trajectory is plain
+    assert select([later, plain], {}).trajectory is plain

@@ -1,0 +1,161 @@
+"""Trust in imagination, learned from real results: when may rehearsal's vetoes steer a commit?
+
+Each time a client sends back the real result of a call whose outcome had been imagined, the
+gateway records one pair — imagined outcome (error or success) × real outcome — per tenant and
+tool, and for the tenant as a whole (tool ``*``). Four counts come out of it:
+
+    ee  imagined an error, and it really failed      (a veto that was right)
+    eo  imagined an error, but it really succeeded   (a false veto)
+    oe  imagined success, but it really failed       (a miss)
+    oo  imagined success, and it really succeeded
+
+From them: **outcome agreement** ``(ee + oo) / n`` (the honest fidelity figure), **veto
+precision** ``ee / (ee + eo)`` and the **false-veto rate** ``eo / (eo + oo)``.
+
+``policy_for`` turns the counts into what the planner does with that tool's imagination:
+
+- ``trusted`` — imagined vetoes may replace the un-rehearsed action (the anchor);
+- ``learning`` — too few pairs yet (fewer than ``min_samples`` for the tool *and* for the tenant
+  as a whole); imagination runs and is recorded, but its vetoes are not acted on, so the commit is
+  what rehearsal off would have made unless a deterministic check vetoed it;
+- ``ignore_vetoes`` — enough pairs, and agreement is under ``trust_threshold`` or veto precision
+  under ``precision_threshold``: as learning, but for a measured reason; imagination keeps
+  running, so trust can be re-earned;
+- ``off`` — agreement under ``off_threshold`` (with ``auto_off``): the tool is not rehearsed at
+  all (its cost is saved); the counts expire with their key's TTL, after which it is learning
+  again.
+
+A tool with too few pairs of its own borrows the tenant's pooled verdict (the model's imagination
+is mostly good or bad as a whole). An operator's pin overrides everything. Counts are halved when
+a tool's total passes ``window``, so recent evidence dominates (done by the store, atomically).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+Policy = Literal["trusted", "learning", "ignore_vetoes", "off"]
+POLICIES: tuple[str, ...] = get_args(Policy)
+CELLS = ("ee", "eo", "oe", "oo")
+POOLED = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class TrustSettings:
+    """Thresholds (documented defaults in docs/rehearsal-knobs.md)."""
+
+    enabled: bool = True
+    min_samples: int = 8
+    trust_threshold: float = 0.8
+    precision_threshold: float = 0.6
+    off_threshold: float = 0.5
+    auto_off: bool = True
+    window: int = 200
+    pins: Mapping[str, Policy] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Imagined × real outcome pairs for one tool (or the pooled ``*``)."""
+
+    ee: int = 0
+    eo: int = 0
+    oe: int = 0
+    oo: int = 0
+
+    @property
+    def samples(self) -> int:
+        return self.ee + self.eo + self.oe + self.oo
+
+    @property
+    def agreement(self) -> float | None:
+        return (self.ee + self.oo) / self.samples if self.samples else None
+
+    @property
+    def veto_precision(self) -> float | None:
+        vetoes = self.ee + self.eo
+        return self.ee / vetoes if vetoes else None
+
+    @property
+    def false_veto_rate(self) -> float | None:
+        real_ok = self.eo + self.oo
+        return self.eo / real_ok if real_ok else None
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> Counts:
+        """Read counts from stored fields; anything that is not a count reads as 0."""
+        values = {}
+        for cell in CELLS:
+            value = raw.get(cell, 0)
+            try:
+                values[cell] = max(int(value), 0)
+            except (TypeError, ValueError):
+                values[cell] = 0
+        return cls(**values)
+
+
+def cell(imagined_error: bool, real_error: bool) -> str:
+    """The count one (imagined, real) pair adds to."""
+    return ("e" if imagined_error else "o") + ("e" if real_error else "o")
+
+
+def _measured(counts: Counts, settings: TrustSettings) -> Policy | None:
+    """The verdict of enough counts, or None when there are too few."""
+    agreement = counts.agreement
+    if counts.samples < settings.min_samples or agreement is None:
+        return None
+    if settings.auto_off and agreement < settings.off_threshold:
+        return "off"
+    precision = counts.veto_precision
+    if agreement < settings.trust_threshold or (
+        precision is not None and precision < settings.precision_threshold
+    ):
+        return "ignore_vetoes"
+    return "trusted"
+
+
+def policy_for(
+    tool: str, table: Mapping[str, Counts], settings: TrustSettings
+) -> tuple[Policy, str]:
+    """What the planner may do with ``tool``'s imagination, and why (for the summary)."""
+    if not settings.enabled:
+        return "trusted", "trust learning is disabled"
+    pinned = settings.pins.get(tool)
+    if pinned is not None:
+        return pinned, "pinned by the operator"
+    own = _measured(table.get(tool, Counts()), settings)
+    if own is not None:
+        return own, f"{table[tool].samples} real results of {tool}"
+    pooled = _measured(table.get(POOLED, Counts()), settings)
+    if pooled is not None:
+        return pooled, f"too few results of {tool}; the tenant's {table[POOLED].samples} overall"
+    return "learning", "too few real results yet"
+
+
+def policies(
+    tools: Iterable[str], table: Mapping[str, Counts], settings: TrustSettings
+) -> dict[str, Policy]:
+    """``policy_for`` of each tool."""
+    return {tool: policy_for(tool, table, settings)[0] for tool in tools}
+
+
+def trust_row(tool: str, table: Mapping[str, Counts], settings: TrustSettings) -> dict[str, Any]:
+    """One row of ``GET /v1/rehearsals/trust``."""
+    counts = table.get(tool, Counts())
+    policy, why = policy_for(tool, table, settings)
+    return {
+        "tool": tool,
+        "samples": counts.samples,
+        "counts": {c: getattr(counts, c) for c in CELLS},
+        "outcome_agreement": _rounded(counts.agreement),
+        "veto_precision": _rounded(counts.veto_precision),
+        "false_veto_rate": _rounded(counts.false_veto_rate),
+        "policy": policy,
+        "why": why,
+    }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

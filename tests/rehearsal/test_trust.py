@@ -1,0 +1,82 @@
+"""Trust policies from imagined × real outcome counts: thresholds, pooling, pins and the table."""
+
+from __future__ import annotations
+
+import pytest
+
+from rehearsal.trust import POOLED, Counts, TrustSettings, cell, policies, policy_for, trust_row
+
+SETTINGS = TrustSettings(min_samples=8)
+
+
+@pytest.mark.parametrize(
+    ("imagined_error", "real_error", "expected"),
+    [(True, True, "ee"), (True, False, "eo"), (False, True, "oe"), (False, False, "oo")],
+)
+def test_each_pair_lands_in_its_cell(imagined_error: bool, real_error: bool, expected: str) -> None:
+    """The four cells of imagined × real outcome."""
+    assert cell(imagined_error, real_error) == expected
+
+
+def test_rates_follow_the_counts() -> None:
+    """Agreement, veto precision and false-veto rate; None when undefined."""
+    counts = Counts(ee=3, eo=1, oe=2, oo=4)
+    assert (counts.samples, counts.agreement) == (10, 0.7)
+    assert (counts.veto_precision, counts.false_veto_rate) == (0.75, 0.2)
+    empty = Counts()
+    assert (empty.agreement, empty.veto_precision, empty.false_veto_rate) == (None, None, None)
+
+
+def test_stored_fields_are_read_leniently() -> None:
+    """Missing, negative or non-numeric fields read as zero."""
+    counts = Counts.from_mapping({"ee": "4", "eo": -2, "oe": "x", "oo": None})
+    assert counts == Counts(ee=4)
+
+
+@pytest.mark.parametrize(
+    ("counts", "policy"),
+    [
+        pytest.param(Counts(ee=2, oo=5), "learning", id="too-few"),
+        pytest.param(Counts(ee=3, eo=0, oe=1, oo=8), "trusted", id="agreeing"),
+        pytest.param(Counts(ee=1, eo=2, oe=0, oo=9), "ignore_vetoes", id="imprecise-vetoes"),
+        pytest.param(Counts(ee=0, eo=0, oe=3, oo=6), "ignore_vetoes", id="low-agreement"),
+        pytest.param(Counts(ee=0, eo=3, oe=4, oo=3), "off", id="worse-than-chance"),
+    ],
+)
+def test_policy_from_a_tools_own_counts(counts: Counts, policy: str) -> None:
+    """Enough samples decide by agreement and precision; too few mean learning."""
+    assert policy_for("get_order", {"get_order": counts}, SETTINGS)[0] == policy
+
+
+def test_a_new_tool_borrows_the_tenants_pooled_verdict() -> None:
+    """With few results of its own, a tool follows the tenant's pooled counts."""
+    table = {"get_order": Counts(ee=1), POOLED: Counts(ee=0, eo=5, oe=5, oo=2)}
+    policy, why = policy_for("get_order", table, SETTINGS)
+    assert policy == "off"
+    assert "overall" in why
+
+
+def test_pins_disabled_and_auto_off() -> None:
+    """A pin wins; trust disabled means trusted; without auto_off, low agreement only ignores."""
+    table = {"t": Counts(eo=5, oe=5)}
+    pinned = TrustSettings(pins={"t": "trusted"})
+    assert policy_for("t", table, pinned) == ("trusted", "pinned by the operator")
+    assert policy_for("t", table, TrustSettings(enabled=False))[0] == "trusted"
+    no_off = TrustSettings(auto_off=False, min_samples=8)
+    assert policies(["t", "u"], table, no_off) == {"t": "ignore_vetoes", "u": "learning"}
+
+
+def test_a_trust_row_explains_itself() -> None:
+    """The row of GET /v1/rehearsals/trust: counts, rates and the policy with its reason."""
+    row = trust_row("t", {"t": Counts(ee=4, oo=4)}, SETTINGS)
+    assert row == {
+        "tool": "t",
+        "samples": 8,
+        "counts": {"ee": 4, "eo": 0, "oe": 0, "oo": 4},
+        "outcome_agreement": 1.0,
+        "veto_precision": 1.0,
+        "false_veto_rate": 0.0,
+        "policy": "trusted",
+        "why": "8 real results of t",
+    }
+    assert trust_row("u", {}, SETTINGS)["outcome_agreement"] is None
