@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--mode", default="parallel", choices=["off", "parallel", "sequential"])
     parser.add_argument("--budget", type=int, help="K imagined trajectories")
     parser.add_argument("--depth", type=int, help="imagined steps per trajectory")
-    parser.add_argument("--commit", choices=["reflect", "select"])
+    parser.add_argument("--commit", choices=["anchored", "reflect", "select"])
     parser.add_argument("--deadline-ms", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--show-trace", action="store_true", help="print imagined trajectories")

@@ -32,7 +32,7 @@ from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ConfigDict, Field
 
 Mode = Literal["off", "parallel", "sequential"]
-CommitRule = Literal["reflect", "select"]
+CommitRule = Literal["anchored", "reflect", "select"]
 
 
 @dataclass(frozen=True, slots=True)

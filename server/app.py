@@ -58,6 +58,7 @@ from server.store.opening import (
     budget_defaults,
     open_store,
     planner_settings,
+    trust_settings,
 )
 from server.telemetry.logs import (
     REQUEST_ID_HEADER,
@@ -159,6 +160,7 @@ async def open_state(
         defaults=budget_defaults(settings),
         caps=budget_caps(settings),
         planner=planner_settings(settings),
+        trust=trust_settings(settings),
     )
     chat.rehearsal = rehearsal
     chat.feedback = Feedback(store, metrics)

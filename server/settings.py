@@ -126,7 +126,7 @@ class GatewaySettings(BaseSettings):
     rehearsal_mode: Literal["off", "parallel", "sequential"] = "off"
     rehearsal_budget: int = Field(default=4, ge=0)
     rehearsal_depth: int = Field(default=1, ge=1)
-    rehearsal_commit: Literal["reflect", "select"] = "reflect"
+    rehearsal_commit: Literal["anchored", "reflect", "select"] = "anchored"
     rehearsal_deadline_ms: int = Field(default=20_000, ge=1)
     rehearsal_temperature: float = Field(default=0.6, ge=0)
     rehearsal_top_p: float = Field(default=0.95, gt=0, le=1)
@@ -139,6 +139,23 @@ class GatewaySettings(BaseSettings):
     simulator_prompt_file: str | None = None
     memory_note_tokens: int = Field(default=600, ge=64)
     grounding_examples: int = Field(default=3, ge=0, le=16)
+    # Deterministic checks (rehearsal/checks.py): an argument a tool's schema does not declare is
+    # invalid unless the schema sets additionalProperties itself.
+    reject_undeclared_arguments: bool = True
+
+    # Trust learned from real results (rehearsal/trust.py, docs/rehearsal-knobs.md).
+    trust_enabled: bool = True
+    trust_min_samples: int = Field(default=8, ge=1)
+    trust_threshold: float = Field(default=0.8, ge=0, le=1)
+    trust_precision_threshold: float = Field(default=0.6, ge=0, le=1)
+    trust_off_threshold: float = Field(default=0.5, ge=0, le=1)
+    trust_auto_off: bool = True
+    trust_window: int = Field(default=200, ge=2)
+    trust_ttl_s: int = Field(default=24 * 3600, ge=1)
+    # Operator pins, "tool=policy,tool=policy" (policies: trusted, learning, ignore_vetoes, off).
+    trust_pins: Annotated[
+        dict[str, Literal["trusted", "learning", "ignore_vetoes", "off"]], NoDecode
+    ] = Field(default_factory=dict)
 
     # Prometheus multiprocess directory, required when workers > 1.
     metrics_dir: str | None = None
@@ -168,6 +185,17 @@ class GatewaySettings(BaseSettings):
                 return orjson.loads(stripped)
             pairs = (item.partition("=") for item in stripped.split(",") if item.strip())
             return {alias.strip(): served.strip() for alias, _, served in pairs}
+        return value
+
+    @field_validator("trust_pins", mode="before")
+    @classmethod
+    def _pins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("{"):
+                return orjson.loads(stripped)
+            pairs = (item.partition("=") for item in stripped.split(",") if item.strip())
+            return {tool.strip(): policy.strip() for tool, _, policy in pairs}
         return value
 
     @field_validator("api_keys", mode="before")

@@ -4,9 +4,8 @@ While the planner runs, the client sees SSE comment lines (``: rehearsing 2/4``)
 the request is accepted, one per imagined observation, and a keep-alive when nothing else happened
 for a while — so proxies keep the connection open and a person watching sees progress. Then:
 
-- with ``commit: reflect`` the final acting call is streamed live from the engine (``LiveCommit``),
-  its chunks relayed as they arrive, with our completion id, model name and minted tool-call ids;
-- otherwise the committed turn is written as vLLM would stream it (``ChunkWriter.turn_chunks``);
+- the committed turn, decided and verified before any of it is sent, written as vLLM would
+  stream it (``ChunkWriter.turn_chunks``) — so a fallback after bytes went out cannot happen;
 
 and finally the usage chunk (all tokens, when ``stream_options.include_usage``), a last chunk
 carrying the ``rehearsal`` summary, and ``data: [DONE]``. A client that disconnects cancels the
@@ -23,11 +22,10 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server.errors import EngineFailed, GatewayError, sse_error_event
+from server.errors import GatewayError, sse_error_event
 from server.http.relay import SSE_HEADERS, ClientDisconnected, until_disconnect
 from server.http.state import OUTCOME_STATE_KEY, REHEARSAL_STATE_KEY
 from server.rehearse.committed import ChunkWriter, with_minted_ids
-from server.rehearse.engine_port import LiveCommit
 from server.rehearse.service import Rehearsal
 
 KEEPALIVE_S = 2.0
@@ -95,24 +93,14 @@ class RehearsalStream(Response):
             await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _emit_live(self, chunk: dict[str, Any]) -> None:
-        await self.frames.put(sse(chunk))
-
     async def _produce(self) -> None:
         """Run the rehearsal and queue every frame of the answer, ending with ``_END``."""
-        reflect = self.rehearsal.budget.commit == "reflect"
-        live = LiveCommit(self.writer, self._emit_live) if reflect else None
         try:
-            result = await self.rehearsal.run(live)
-            if live is not None and live.started and not live.finished:
-                raise EngineFailed("the engine broke while streaming the committed turn")
-            already_sent = live is not None and live.finished
-            # A live commit minted its ids while streaming; anything else is minted now.
-            turn = result.turn if already_sent else with_minted_ids(result.turn)
+            result = await self.rehearsal.run()
+            turn = with_minted_ids(result.turn)
             summary = self.summary = await self.rehearsal.settle(result, turn)
-            if not already_sent:
-                for chunk in self.writer.turn_chunks(turn):
-                    await self.frames.put(sse(chunk))
+            for chunk in self.writer.turn_chunks(turn):
+                await self.frames.put(sse(chunk))
             if self.include_usage:
                 await self.frames.put(sse(self.writer.usage_chunk(result.usage)))
             closing = {**self.writer.chunk({}), "choices": [], "rehearsal": summary}

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server.chat.service import RehearsedStream, StreamAnswer, readiness
-from server.errors import InvalidRequest, PayloadTooLarge
+from server.errors import InvalidRequest, PayloadTooLarge, StoreUnavailable
 from server.http.rehearse_stream import RehearsalStream
 from server.http.relay import StreamRelay, json_response, until_disconnect
 from server.http.state import (
@@ -68,6 +68,19 @@ async def chat_completions(request: Request) -> Response:
     if answer.rehearsal is not None:
         setattr(request.state, REHEARSAL_STATE_KEY, answer.rehearsal)
     return json_response(answer)
+
+
+# Before the {rehearsal_id} route, which would otherwise read "trust" as an id.
+@router.get("/v1/rehearsals/trust")
+async def get_trust(request: Request) -> Response:
+    """The caller's trust table: per tool, imagined x real outcome counts, rates and policy."""
+    state = gateway_of(request)
+    try:
+        table = await state.rehearsal.trust_table(tenant_of_request(request))
+    except StoreUnavailable as exc:
+        state.metrics.store_error(exc.op)
+        raise
+    return Response(orjson.dumps(table), media_type=JSON)
 
 
 @router.get("/v1/rehearsals/{rehearsal_id}")

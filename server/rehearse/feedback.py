@@ -5,13 +5,17 @@ imagined the call would return (``pending``). When a later request carries a ``t
 answering such an id, ``Feedback.collect`` takes the pending record (atomically, so two replicas
 never both count it) and records:
 
-- **fidelity** — ``rehearsal.fidelity`` between the imagined and the real result (only when the
-  committed action had been rehearsed);
+- **outcome agreement** — did imagination predict the real *outcome* (error vs success)? The
+  primary fidelity figure; the pair (imagined, real) also feeds the tenant's trust counts for the
+  tool (``rehearsal.trust``), which decide whether that tool's imagined vetoes are acted on;
+- **structural fidelity** — ``rehearsal.fidelity`` between the imagined and the real result (only
+  when the committed action had been rehearsed; secondary: a wrong world can still look similar);
 - **real tool-call latency** — from our response to the arrival of the result (wall clock, so a
   replica other than the one that answered can measure it);
 - **grounding** — the real result, which later rehearsals of the same tool by the same tenant
   receive as few-shot examples;
-- **session memory** — the real outcome (a tool error is remembered as an action to avoid);
+- **session memory** — the real outcome, marked as real (a real tool error is remembered as an
+  action to avoid; imagined vetoes are never stored there);
 - the rehearsal's stored **trace**, extended with this feedback.
 
 Tool messages answering ids we did not mint are none of our business: they pass through untouched.
@@ -27,6 +31,7 @@ from typing import Any
 from rehearsal.fidelity import fidelity, parse_observation
 from rehearsal.memory import MemoryEntry
 from rehearsal.messages import canonical_json
+from rehearsal.trust import cell
 from server.errors import StoreUnavailable
 from server.rehearse.committed import TOOL_CALL_PREFIX
 from server.store.backends import RehearsalStore
@@ -69,6 +74,22 @@ def answered_ids(messages: Sequence[Any]) -> list[tuple[str, Any]]:
     return found
 
 
+def imagined_error(outcome: str | None) -> bool | None:
+    """Whether an imagined outcome predicted failure; None when it predicted nothing usable."""
+    if outcome is None or outcome == "unparsed":
+        return None
+    return outcome.startswith("veto") or outcome == "error"
+
+
+def real_error(real: Any) -> bool:
+    """Whether a real tool result reports a failure (an ``error`` field, or text saying so)."""
+    if isinstance(real, dict):
+        return "error" in real or "error_tool_call" in real
+    if isinstance(real, str):
+        return real.strip().lower().startswith("error")
+    return False
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -105,31 +126,43 @@ class Feedback:
         real_s = max(0.0, time.time() - float(record.get("sent_at") or time.time()))
         imagined, outcome = record.get("imagined"), record.get("imagined_outcome")
         score = fidelity(imagined, real) if outcome is not None else None
+        predicted, failed = imagined_error(outcome), real_error(real)
         self.metrics.observe_real_tool_call(real_s)
         if score is not None:
             self.metrics.observe_fidelity(score, outcome or "none")
+        if predicted is not None:
+            self.metrics.observe_outcome_prediction(predicted, failed)
         summary = {
             "tool_call_id": call_id,
             "rehearsal_id": record.get("rehearsal_id"),
             "tool": record.get("tool"),
+            "outcome_agreement": None if predicted is None else predicted == failed,
             "fidelity": score,
             "imagined_outcome": outcome,
+            "real_outcome": "error" if failed else "ok",
             "real_ms": round(real_s * 1000.0, 3),
         }
-        await self._remember(tenant, record, real, summary)
+        if predicted is not None:
+            try:
+                await self.store.record_trust(
+                    tenant, str(record.get("tool")), cell(predicted, failed)
+                )
+            except StoreUnavailable as exc:
+                self.metrics.store_error(exc.op)
+        await self._remember(tenant, record, real, failed, summary)
         return summary
 
     async def _remember(
-        self, tenant: str, record: dict[str, Any], real: Any, summary: dict[str, Any]
+        self, tenant: str, record: dict[str, Any], real: Any, failed: bool, summary: dict[str, Any]
     ) -> None:
         tool, arguments = str(record.get("tool")), record.get("arguments")
         canonical_args = canonical_json(arguments)
-        failed = isinstance(real, dict) and "error" in real
         entry = MemoryEntry(
             outcome="error" if failed else "ok",
             score=0.0 if failed else 1.0,
             actions=(f"{tool} {canonical_args}",),
             imagined=canonical_json(real),
+            source="real",
         )
         session, rehearsal_id = record.get("session"), record.get("rehearsal_id")
         try:

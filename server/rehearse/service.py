@@ -29,6 +29,7 @@ from rehearsal.errors import BudgetError, GeneratorError
 from rehearsal.messages import AssistantTurn
 from rehearsal.planner import Planner
 from rehearsal.trace import ImaginedObservation, RehearsalResult
+from rehearsal.trust import Counts, Policy, TrustSettings, policies, trust_row
 from server.chat.service import JsonAnswer, RehearsedStream
 from server.errors import EngineError, EngineFailed, InvalidRequest, NotFound, StoreUnavailable
 from server.rehearse.committed import (
@@ -37,7 +38,7 @@ from server.rehearse.committed import (
     mint_rehearsal_id,
     with_minted_ids,
 )
-from server.rehearse.engine_port import EngineGenerator, LiveCommit
+from server.rehearse.engine_port import EngineGenerator
 from server.rehearse.feedback import pending_record
 from server.store.backends import RehearsalStore
 from server.telemetry.metrics import GatewayMetrics
@@ -85,7 +86,9 @@ def resolve_knobs(
     return budget
 
 
-def _rehearsal_request(call: ChatCall, session: str) -> RehearsalRequest:
+def _rehearsal_request(
+    call: ChatCall, session: str, trust: Mapping[str, Policy]
+) -> RehearsalRequest:
     body = call.body
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     return RehearsalRequest(
@@ -98,14 +101,25 @@ def _rehearsal_request(call: ChatCall, session: str) -> RehearsalRequest:
         extra={k: v for k, v in body.items() if k not in _OWN_FIELDS},
         tenant=call.tenant,
         session=session,
+        trust=trust,
     )
 
 
+def _tool_name(tool: Any) -> str | None:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def _imagined_for(result: RehearsalResult, signature: str) -> ImaginedObservation | None:
-    """What rehearsal imagined for a committed call (its first-step observation), if anything."""
+    """What rehearsal imagined for a committed call (its first-step observation), if anything.
+
+    A check's veto is not imagination: it never becomes the prediction a real result is
+    compared with, so it cannot move the tool's trust counts.
+    """
     for trajectory in result.trajectories:
         for observation in trajectory.steps[0].observations if trajectory.steps else ():
-            if observation.call.signature == signature:
+            if observation.call.signature == signature and observation.source == "imagined":
                 return observation
     return None
 
@@ -132,13 +146,12 @@ class Rehearsal:
     def model(self) -> str:
         return self.call.request.model or self.call.model or "unknown"
 
-    def generator(self, live: LiveCommit | None = None) -> EngineGenerator:
+    def generator(self) -> EngineGenerator:
         return EngineGenerator(
             self.service.chat,
             model=self.call.model,
             affinity=self.call.affinity,
             on_call=self._on_call,
-            live=live,
         )
 
     def _on_call(self, role: str, seconds: float) -> None:
@@ -146,15 +159,27 @@ class Rehearsal:
             self.imagined_done += 1
             self.service.metrics.observe_imagined(seconds)
 
-    async def run(self, live: LiveCommit | None = None) -> RehearsalResult:
+    async def trust(self) -> dict[str, Policy]:
+        """The trust policy of each offered tool for this tenant; a store failure: learning."""
+        names = [name for tool in self.call.body["tools"] if (name := _tool_name(tool))]
+        settings = self.service.trust_settings
+        try:
+            raw = await self.service.store.trust_table(self.call.tenant) if settings.enabled else {}
+        except StoreUnavailable as exc:
+            self.service.metrics.store_error(exc.op)
+            self.store_faults.append(exc.op)
+            raw = {}
+        table = {tool: Counts.from_mapping(row) for tool, row in raw.items()}
+        return policies(names, table, settings)
+
+    async def run(self) -> RehearsalResult:
         """The planner's run; an engine failure on every acting call is the engine's error."""
-        planner = Planner(self.generator(live), self.service.store, self.service.planner)
+        planner = Planner(self.generator(), self.service.store, self.service.planner)
         seed = self.call.body.get("seed")
         rng = random.Random(seed if isinstance(seed, int) else secrets.randbits(64))
+        request = _rehearsal_request(self.call, self.session, await self.trust())
         try:
-            return await planner.run(
-                _rehearsal_request(self.call, self.session), self.budget, rng=rng
-            )
+            return await planner.run(request, self.budget, rng=rng)
         except GeneratorError as exc:
             cause = exc.__cause__
             if isinstance(cause, EngineError):
@@ -217,6 +242,7 @@ class RehearsalService:
         defaults: Budget,
         caps: BudgetCaps,
         planner: PlannerSettings,
+        trust: TrustSettings | None = None,
     ) -> None:
         self.chat = chat
         self.store = store
@@ -224,6 +250,28 @@ class RehearsalService:
         self.defaults = defaults
         self.caps = caps
         self.planner = planner
+        self.trust_settings = trust or TrustSettings()
+
+    async def trust_table(self, tenant: str) -> dict[str, Any]:
+        """``GET /v1/rehearsals/trust``: this tenant's counts, rates and policies, per tool."""
+        raw = await self.store.trust_table(tenant)
+        table = {tool: Counts.from_mapping(row) for tool, row in raw.items()}
+        settings = self.trust_settings
+        rows = [trust_row(tool, table, settings) for tool in sorted(table)]
+        return {
+            "object": "list",
+            "data": rows,
+            "settings": {
+                "enabled": settings.enabled,
+                "min_samples": settings.min_samples,
+                "trust_threshold": settings.trust_threshold,
+                "precision_threshold": settings.precision_threshold,
+                "off_threshold": settings.off_threshold,
+                "auto_off": settings.auto_off,
+                "window": settings.window,
+                "pins": dict(settings.pins),
+            },
+        }
 
     async def trace(self, tenant: str, rehearsal_id: str) -> dict[str, Any]:
         """A stored trace of ``tenant``; 404 when unknown, expired or another tenant's."""

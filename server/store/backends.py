@@ -48,9 +48,69 @@ class RehearsalStore(Protocol):
     async def grounding(
         self, tenant: str, tool: str, canonical_args: str, limit: int
     ) -> list[JSONObject]: ...
+    async def record_trust(self, tenant: str, tool: str, cell: str) -> None: ...
+    async def trust_table(self, tenant: str) -> dict[str, dict[str, int]]: ...
 
 
 P = ParamSpec("P")
+
+# One imagined x real pair, atomically: bump the tool's cell (when the tool is already known or
+# the tenant has room for one more) and the pooled "*" cell, halve a tool's counts once their
+# total passes the window (recent evidence dominates), refresh the TTL.
+# KEYS[1] trust hash; ARGV: tool, cell, window, ttl_s, max_tools.
+TRUST_SCRIPT = """
+local key, tool, cell = KEYS[1], ARGV[1], ARGV[2]
+local window, ttl, max_tools = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local cells = {"ee", "eo", "oe", "oo"}
+local function fields_of(name)
+  local fields = {}
+  for i = 1, 4 do fields[i] = name .. ":" .. cells[i] end
+  return fields
+end
+local function bump(name)
+  redis.call("HINCRBY", key, name .. ":" .. cell, 1)
+  local fields = fields_of(name)
+  local values = redis.call("HMGET", key, unpack(fields))
+  local total = 0
+  for i = 1, 4 do total = total + (tonumber(values[i]) or 0) end
+  if total > window then
+    for i = 1, 4 do
+      redis.call("HSET", key, fields[i], math.floor((tonumber(values[i]) or 0) / 2))
+    end
+  end
+end
+local known = false
+for _, value in ipairs(redis.call("HMGET", key, unpack(fields_of(tool)))) do
+  if value then known = true end
+end
+if not known then  -- a new tool: admitted while the tenant has fewer than max_tools
+  local seen, count = {}, 0
+  for _, field in ipairs(redis.call("HKEYS", key)) do
+    local name = string.match(field, "^(.*):[eo][eo]$")
+    if name and name ~= "*" and not seen[name] then
+      seen[name] = true
+      count = count + 1
+    end
+  end
+  known = count < max_tools
+end
+if known then bump(tool) end
+bump("*")
+redis.call("EXPIRE", key, ttl)
+return 1
+"""
+
+
+def trust_rows(fields: dict[str, int]) -> dict[str, dict[str, int]]:
+    """``{"tool:cell": n}`` as ``{tool: {cell: n}}`` (tool names may contain colons)."""
+    table: dict[str, dict[str, int]] = {}
+    for field, count in fields.items():
+        tool, _, cell = field.rpartition(":")
+        if tool and cell in ("ee", "eo", "oe", "oo"):
+            table.setdefault(tool, {})[cell] = count
+    return table
+
+
 R = TypeVar("R")
 
 
@@ -100,6 +160,7 @@ class RedisStore:
             retry_on_timeout=False,
             health_check_interval=30,
         )
+        self._trust_script = self._redis.register_script(TRUST_SCRIPT)
 
     @_waited
     async def ping(self) -> None:
@@ -202,6 +263,28 @@ class RedisStore:
         found = [entry for raw in raws if (entry := _loads(raw)) is not None]
         return found[:limit]
 
+    @_waited
+    async def record_trust(self, tenant: str, tool: str, cell: str) -> None:
+        life = self.lifetimes
+        args: list[str | int] = [tool, cell, life.trust_window, life.trust_s, life.trust_max_tools]
+        try:
+            await self._trust_script(keys=[self.keys.trust(tenant)], args=args)
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("record_trust", type(exc).__name__) from exc
+
+    @_waited
+    async def trust_table(self, tenant: str) -> dict[str, dict[str, int]]:
+        try:
+            raw = await self._redis.hgetall(self.keys.trust(tenant))
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("trust_table", type(exc).__name__) from exc
+        fields = {_text(k): int(v) for k, v in raw.items() if _text(v).lstrip("-").isdigit()}
+        return trust_rows(fields)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
 
 class InProcessStore:
     """The embedded default: the same behaviour in one process's memory, with TTLs honoured."""
@@ -287,3 +370,21 @@ class InProcessStore:
             if (entry := _loads(self._get(self._keys.grounding(tenant, tool, h)))) is not None
         ]
         return found[:limit]
+
+    async def record_trust(self, tenant: str, tool: str, cell: str) -> None:
+        key = self._keys.trust(tenant)
+        life = self.lifetimes
+        table: dict[str, dict[str, int]] = self._get(key) or {}
+        names = ["*"]
+        if tool in table or len([t for t in table if t != "*"]) < life.trust_max_tools:
+            names.insert(0, tool)
+        for name in names:
+            row = table.setdefault(name, {})
+            row[cell] = row.get(cell, 0) + 1
+            if sum(row.values()) > life.trust_window:
+                table[name] = {c: n // 2 for c, n in row.items()}
+        self._set(key, table, life.trust_s)
+
+    async def trust_table(self, tenant: str) -> dict[str, dict[str, int]]:
+        table: dict[str, dict[str, int]] = self._get(self._keys.trust(tenant)) or {}
+        return {tool: dict(row) for tool, row in table.items()}

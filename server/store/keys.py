@@ -10,6 +10,9 @@ values never appear in a key: grounding is addressed by a hash of the canonical 
     {prefix}memory:{tenant}:{session}             list of JSON memory entries, newest first, capped
     {prefix}ground:{tenant}:{tool}:{args_hash}    JSON real observation for exactly these arguments
     {prefix}ground-recent:{tenant}:{tool}         list of args hashes, newest first, capped
+    {prefix}trust:{tenant}                        hash "{tool}:{cell}" -> count of imagined x real
+                                                  outcome pairs (cells ee/eo/oe/oo; tool "*" is
+                                                  the tenant pooled); halved past a window
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ class Lifetimes:
     grounding_s: int = 7 * 24 * 3600
     memory_max_entries: int = 32
     grounding_max_per_tool: int = 16
+    trust_s: int = 24 * 3600  # from the last update: a tool switched off is learned anew after it
+    trust_window: int = 200  # counts of one tool are halved when their total passes this
+    trust_max_tools: int = 256  # per tenant; results of further tools count in the pooled row only
 
 
 def args_hash(canonical_arguments: str) -> str:
@@ -57,6 +63,9 @@ class Keys:
 
     def grounding_recent(self, tenant: str, tool: str) -> str:
         return f"{self.prefix}ground-recent:{tenant}:{tool}"
+
+    def trust(self, tenant: str) -> str:
+        return f"{self.prefix}trust:{tenant}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key this prefix owns."""

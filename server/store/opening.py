@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from rehearsal.budget import Budget, BudgetCaps
 from rehearsal.context import PlannerSettings
 from rehearsal.prompts import DEFAULT_SYSTEM_INSTRUCTION, load_system_instruction
+from rehearsal.trust import TrustSettings
 from server.chat.service import CheckResult
 from server.errors import StoreUnavailable
 from server.settings import GatewaySettings
@@ -34,6 +35,8 @@ def lifetimes(settings: GatewaySettings) -> Lifetimes:
         grounding_s=settings.grounding_ttl_s,
         memory_max_entries=settings.memory_max_entries,
         grounding_max_per_tool=settings.grounding_max_per_tool,
+        trust_s=settings.trust_ttl_s,
+        trust_window=settings.trust_window,
     )
 
 
@@ -79,6 +82,20 @@ def planner_settings(settings: GatewaySettings) -> PlannerSettings:
         system_instruction=instruction,
         memory_tokens=settings.memory_note_tokens,
         grounding_limit=settings.grounding_examples,
+        reject_undeclared=settings.reject_undeclared_arguments,
+    )
+
+
+def trust_settings(settings: GatewaySettings) -> TrustSettings:
+    return TrustSettings(
+        enabled=settings.trust_enabled,
+        min_samples=settings.trust_min_samples,
+        trust_threshold=settings.trust_threshold,
+        precision_threshold=settings.trust_precision_threshold,
+        off_threshold=settings.trust_off_threshold,
+        auto_off=settings.trust_auto_off,
+        window=settings.trust_window,
+        pins=dict(settings.trust_pins),
     )
 
 

@@ -28,6 +28,7 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prom_multiprocess
 
+from rehearsal.checks import CHECK_CODE
 from rehearsal.parsing import VETO_CODES
 from rehearsal.trace import RehearsalResult
 
@@ -53,8 +54,15 @@ FIDELITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 ENGINE_ERROR_KINDS = ("connect", "timeout", "status_5xx", "status_4xx", "protocol", "saturated")
 STORE_OPS = (  # the operations of server/store/backends.py
     "ping", "save_trace", "load_trace", "save_pending", "take_pending", "append_memory",
-    "recent_memory", "save_grounding", "grounding",
+    "recent_memory", "save_grounding", "grounding", "record_trust", "trust_table",
 )  # fmt: skip
+OUTCOMES = ("ok", "error")  # imagined or real outcome of one committed call
+TRUST_POLICIES = ("trusted", "learning", "ignore_vetoes", "off")
+COMMIT_PATHS = (
+    "anchor", "anchor_vetoed", "replaced", "valid_fallback", "trust_off", "selected",
+    "reflected", "reflect_fallback", "least_bad", "early_exit", "salvaged",
+)  # fmt: skip
+COMMIT_CHECKS = ("ok", "schema_invalid", "unchecked")
 DEGRADED_REASONS = ("deadline", "engine_error", "store_unavailable")
 REHEARSED_MODES = ("parallel", "sequential")
 
@@ -156,8 +164,25 @@ class GatewayMetrics:
             ("outcome",), buckets=FIDELITY_BUCKETS, registry=reg,
         )  # fmt: skip
         self.vetoes = Counter(
-            PREFIX + "vetoes", "Simulator vetoes by EnvACE code.", ("code",), registry=reg
-        )
+            PREFIX + "vetoes",
+            "Vetoes by code and source (imagined by the simulator, or a deterministic check).",
+            ("code", "source"), registry=reg,
+        )  # fmt: skip
+        self.outcome_predictions = Counter(
+            PREFIX + "outcome_predictions",
+            "Committed calls with a real result: imagined outcome x real outcome (ok | error).",
+            ("imagined", "real"), registry=reg,
+        )  # fmt: skip
+        self.trust_decisions = Counter(
+            PREFIX + "trust_decisions",
+            "Candidate tools of rehearsed requests by the trust policy their imagination had.",
+            ("policy",), registry=reg,
+        )  # fmt: skip
+        self.commits = Counter(
+            PREFIX + "commits",
+            "Rehearsed commits by decision path and the committed call's schema check.",
+            ("path", "check"), registry=reg,
+        )  # fmt: skip
         self.early_exits = Counter(
             PREFIX + "early_exits", "Rehearsals that ended early.", ("mode",), registry=reg
         )
@@ -181,7 +206,16 @@ class GatewayMetrics:
         for reason in DEGRADED_REASONS:
             self.degraded.labels(reason)
         for code in VETO_CODES:
-            self.vetoes.labels(code)
+            self.vetoes.labels(code, "imagined")
+        self.vetoes.labels(CHECK_CODE, "check")
+        for imagined in OUTCOMES:
+            for real in OUTCOMES:
+                self.outcome_predictions.labels(imagined, real)
+        for policy in TRUST_POLICIES:
+            self.trust_decisions.labels(policy)
+        for path in COMMIT_PATHS:
+            for check in COMMIT_CHECKS:
+                self.commits.labels(path, check)
         for mode in REHEARSED_MODES:
             self.early_exits.labels(mode)
 
@@ -242,6 +276,11 @@ class GatewayMetrics:
         """How close the imagined result was to the real one; ``outcome`` is what was imagined."""
         self.fidelity.labels(outcome.split(":", 1)[0]).observe(score)
 
+    def observe_outcome_prediction(self, imagined_error: bool, real_error: bool) -> None:
+        """Did imagination predict the real outcome (error vs success) of a committed call?"""
+        imagined, real = ("error" if imagined_error else "ok"), ("error" if real_error else "ok")
+        self.outcome_predictions.labels(imagined, real).inc()
+
     def store_error(self, op: str) -> None:
         self.store_errors.labels(op).inc()
 
@@ -259,7 +298,11 @@ class GatewayMetrics:
             for step in trajectory.steps:
                 for observation in step.observations:
                     if observation.verdict == "veto":
-                        self.vetoes.labels(observation.code or "UNKNOWN").inc()
+                        code = observation.code or "UNKNOWN"
+                        self.vetoes.labels(code, observation.source).inc()
+        for policy in result.trust.values():
+            self.trust_decisions.labels(policy).inc()
+        self.commits.labels(result.commit_path, result.commit_check).inc()
         if result.early_exit is not None:
             self.early_exits.labels(mode).inc()
         if degraded is not None:

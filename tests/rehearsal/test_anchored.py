@@ -47,8 +47,25 @@ async def test_a_clean_anchor_is_committed_after_two_calls(mode: str) -> None:
     plain = engine.requests[0]
     assert (plain.n, plain.temperature, plain.seed) == (1, 0.3, 5)
     assert (result.turn, result.commit_path, result.engine_calls) == (GET, "anchor", 2)
-    assert result.committed_rehearsed is True
+    assert (result.committed_rehearsed, result.early_exit) == (True, "anchor")
     assert result.summary()["commit_check"] == "ok"
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+async def test_without_early_exit_the_budget_is_spent_and_the_anchor_still_decides(
+    mode: str,
+) -> None:
+    """early_exit off: alternatives are sampled and walked, yet a fine anchor is committed."""
+    engine = ScriptedGenerator().enqueue(acting(GET), role="act")
+    engine.enqueue(acting(CANCEL) if mode == "sequential" else acting(CANCEL, OTHER), role="act")
+    engine.enqueue(acting(OTHER), role="act")
+    engine.enqueue(imagined({"status": "pending"}), match=about("get_order"))
+    engine.enqueue(imagined({"status": "cancelled"}), match=about("cancel_order"))
+    engine.enqueue(imagined({"status": "pending"}), match=is_other)
+    result = await run(engine, mode=mode, budget=3, early_exit=False)
+    assert (result.turn, result.commit_path, result.early_exit) == (GET, "anchor", None)
+    assert len(result.trajectories) == 3
+    assert len(engine.by_role("rehearse")) == 3
 
 
 async def test_a_vetoed_anchor_is_replaced_by_a_clean_alternative() -> None:
@@ -72,7 +89,7 @@ async def test_sequential_alternatives_see_the_anchor_veto_and_stop_when_clean()
     engine.enqueue(veto("INVALID_PARAMETERS"), match=is_other)
     engine.enqueue(imagined({"status": "pending"}), match=about("get_order"))
     result = await run(engine, mode="sequential", budget=4)
-    second, third = engine.by_role("act")[1:]
+    second, _third = engine.by_role("act")[1:]
     assert "outcome=veto:INVALID_PARAMETERS" in second.messages[-1]["content"]
     assert (result.turn, result.commit_path, len(engine.requests)) == (GET, "replaced", 5)
 
@@ -125,6 +142,7 @@ async def test_untrusted_vetoes_do_not_move_the_anchor(policy: str) -> None:
     engine.enqueue(veto("INVALID_PARAMETERS"))
     result = await run(engine, budget=4, trust={"get_order": policy})
     assert (result.turn, result.commit_path, result.engine_calls) == (OTHER, "anchor", 2)
+    assert result.early_exit == "anchor"
     assert result.vetoes == 1
     assert result.trust == {"get_order": policy}
 

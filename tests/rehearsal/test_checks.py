@@ -36,7 +36,10 @@ OBJECT = {"type": "object", "properties": {"a": {"type": "integer"}}, "required"
         pytest.param("get_order", "[1, 2]", "invalid", "must be a JSON object", id="not-object"),
         pytest.param("get_order", "{oops", "invalid", "must be a JSON object", id="not-json"),
         pytest.param("get_order", {}, "invalid", "'order_id' is a required property", id="missing"),
-        pytest.param("get_order", {"order_id": 7}, "invalid", "arguments.order_id: 7 is not of type", id="type"),
+        pytest.param(
+            "get_order", {"order_id": 7}, "invalid", "arguments.order_id: 7 is not of type",
+            id="type",
+        ),
         pytest.param(
             "cancel_order", {"order_id": "#1", "reason": "whim"}, "invalid",
             "arguments.reason: 'whim' is not one of", id="enum",

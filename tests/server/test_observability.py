@@ -134,8 +134,14 @@ def _script(stack: Stack) -> dict[str, Step]:
         return [completion, _trace(stack, rehearsal_of(completion)["id"])]
 
     def sequential() -> list[Any]:
-        # After the parallel rehearsal of the same task, its memory steers one attempt right.
         completion = chat(sdk, world, opening(world, task), mode="sequential", budget=2,
+                          commit="select", early_exit=False, seed=5)  # fmt: skip
+        return [completion, _trace(stack, rehearsal_of(completion)["id"])]
+
+    def agreeing() -> list[Any]:
+        # Within one request the note of earlier attempts rules out each mistake in turn, so a
+        # policy that always errs runs out of mistakes, takes the right action twice and stops.
+        completion = chat(sdk, world, opening(world, task), mode="sequential", budget=8,
                           commit="select", seed=5)  # fmt: skip
         return [completion, _trace(stack, rehearsal_of(completion)["id"])]
 
@@ -148,10 +154,9 @@ def _script(stack: Stack) -> dict[str, Step]:
         "passthrough": _step(url, 2, passthrough),
         "parallel": _step(url, 1, parallel),
         "sequential": _step(url, 1, sequential),
-        # Now both attempts take the remembered right action: they agree, and exit early.
-        "early_exit": _step(url, 1, sequential),
+        "early_exit": _step(url, 1, agreeing),
     }
-    first = steps["sequential"].answers[0]
+    first = steps["early_exit"].answers[0]
 
     def tool_result() -> list[Any]:
         results = run_committed(world, world.new_state(task), first)
@@ -178,7 +183,9 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """Gateway (2 workers, API key) + twin (skill 0, fidelity 1, H100 latency / 10) + Redis."""
     logs = tmp_path_factory.mktemp("observability")
     metrics_dir = tmp_path_factory.mktemp("prom-multiproc")
-    env = {"RGW_WORKERS": "2", "RGW_METRICS_DIR": str(metrics_dir), "RGW_API_KEYS": API_KEY}
+    env = {"RGW_WORKERS": "2", "RGW_METRICS_DIR": str(metrics_dir), "RGW_API_KEYS": API_KEY,
+           # Every imagined veto acts: this suite counts what rehearsal did, not what trust let it.
+           "RGW_TRUST_ENABLED": "false"}  # fmt: skip
     twin = ("--skill", "0", "--fidelity", "1", "--seed", "3", "--latency", "h100",
             "--latency-scale", "0.1")  # fmt: skip
     with running_stack(logs, twin_args=twin, env=env) as stack:
@@ -209,9 +216,9 @@ def test_passthrough_counts_requests_tokens_and_engine_calls(session: Session) -
     assert step.delta(P + "in_flight_requests") == 0
 
 
-def _vetoes_by_code(trace: dict[str, Any]) -> Counter[str]:
+def _vetoes_by_code(trace: dict[str, Any]) -> Counter[tuple[str, str]]:
     return Counter(
-        observation["outcome"].split(":", 1)[1]
+        (observation["outcome"].split(":", 1)[1], observation["source"])
         for trajectory in trace["trace"]
         for step in trajectory["steps"]
         for observation in step["observations"]
@@ -242,29 +249,35 @@ def _assert_rehearsal(step: Step, mode: str) -> dict[str, Any]:
 
 
 def test_parallel_counts_its_veto_and_every_engine_call(session: Session) -> None:
-    """Parallel K=4 with a planted mistake: its veto by code, calls by role, tokens by role."""
+    """Parallel K=4 with a planted mistake: its veto by code and source, calls, tokens by role."""
     step = session.steps["parallel"]
     summary = _assert_rehearsal(step, "parallel")
     vetoes = _vetoes_by_code(step.answers[1])
-    assert summary["vetoes"] == sum(vetoes.values()) >= 1
-    for code, count in vetoes.items():
-        assert step.delta(P + "vetoes_total", code=code) == count
-    assert step.delta(P + "vetoes_total") == summary["vetoes"]
+    assert summary["vetoes"] + summary["checked_vetoes"] == sum(vetoes.values()) >= 1
+    for (code, source), count in vetoes.items():
+        assert step.delta(P + "vetoes_total", code=code, source=source) == count
+    assert step.delta(P + "vetoes_total") == summary["vetoes"] + summary["checked_vetoes"]
+    assert step.delta(P + "commits_total", path=summary["commit_path"], check="ok") == 1
     assert step.delta(P + "early_exits_total") == 0
 
 
 def test_sequential_counts_calls_without_vetoes(session: Session) -> None:
-    """Sequential K=2 steered by memory: two acting and two rehearsal calls, no veto, no exit."""
+    """Sequential K=2, no early exit: two acting calls, one imagined call per unchecked attempt."""
     step = session.steps["sequential"]
     summary = _assert_rehearsal(step, "sequential")
-    assert step.answers[1]["engine_calls"] == {"act": 2, "rehearse": 2}
+    calls = step.answers[1]["engine_calls"]
+    imagined = [o for t in step.answers[1]["trace"] for s in t["steps"] for o in s["observations"]]
+    # Every observation not decided by the schema check is one rehearsal call (a reflected
+    # action select falls back to is verified by one more).
+    assert calls["act"] == 2
+    assert calls["rehearse"] == sum(o["source"] == "imagined" for o in imagined)
     assert summary["early_exit"] is False
     assert step.delta(P + "early_exits_total") == 0
-    assert step.delta(P + "vetoes_total") == summary["vetoes"] == 0
+    assert step.delta(P + "vetoes_total") == summary["vetoes"] + summary["checked_vetoes"]
 
 
 def test_agreeing_attempts_count_one_early_exit(session: Session) -> None:
-    """The same sequential request again: its attempts agree, and one early exit is counted."""
+    """Attempts that agree after the mistakes are ruled out: one early exit is counted."""
     step = session.steps["early_exit"]
     summary = _assert_rehearsal(step, "sequential")
     assert summary["early_exit"] is True

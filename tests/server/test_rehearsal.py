@@ -54,9 +54,12 @@ def test_parallel_commits_one_call_and_matches_the_formula(stack: Stack) -> None
     assert summary["budget"] == 4
     trace = _trace(stack, summary["id"])
     assert len(trace["candidates"]) == 4
-    distinct = summary["distinct_actions"]
-    expected = {"act": 1, "rehearse": distinct}
-    if all(_avoided(t) for t in trace["trace"]):
+    expected = {"act": 1, "rehearse": _imagined(trace)}
+    # Schema-invalid candidates are vetoed by the check: walked, but never imagined.
+    assert expected["rehearse"] == summary["distinct_actions"] - summary["checked_vetoes"] + (
+        summary["commit_path"] == "reflected"
+    )
+    if summary["commit_path"] in ("reflected", "reflect_fallback", "least_bad"):
         expected["commit"] = 1  # select's fallback when every candidate went badly
     assert trace["engine_calls"] == expected
     assert stack.twin_requests() - before == sum(expected.values())
@@ -78,8 +81,11 @@ def test_sequential_commits_one_call_and_matches_the_formula(stack: Stack) -> No
     summary = rehearsal_of(completion)
     trace = _trace(stack, summary["id"])
     assert len(trace["candidates"]) == 3
-    expected = {"act": 3, "rehearse": 3}
-    if all(_avoided(t) for t in trace["trace"]):
+    expected = {"act": 3, "rehearse": _imagined(trace)}
+    assert expected["rehearse"] == 3 - summary["checked_vetoes"] + (
+        summary["commit_path"] == "reflected"
+    )
+    if summary["commit_path"] in ("reflected", "reflect_fallback", "least_bad"):
         expected["commit"] = 1
     assert trace["engine_calls"] == expected
     assert stack.twin_requests() - before == sum(expected.values())
@@ -96,7 +102,8 @@ def test_reflect_adds_exactly_one_commit_call(stack: Stack) -> None:
     summary = rehearsal_of(completion)
     trace = _trace(stack, summary["id"])
     assert trace["engine_calls"]["commit"] == 1
-    assert stack.twin_requests() - before == 2 + summary["distinct_actions"]
+    # 1 act + the imagined calls (a new reflected action is imagined once more) + 1 commit
+    assert stack.twin_requests() - before == 2 + _imagined(trace)
     assert trace["memory_note"].startswith("<rehearsal_memory>")
 
 
@@ -195,9 +202,14 @@ def _assert_not_vetoed(stack: Stack, completion: Any) -> None:
         assert not str(trace["trace"][chosen]["outcome"]).startswith("veto"), trace["why"]
 
 
-def _avoided(trajectory: dict[str, Any]) -> bool:
-    kind = str(trajectory["outcome"]).split(":", 1)[0]
-    return kind in ("veto", "error", "unparsed") or trajectory["score"] < 0.5
+def _imagined(trace: dict[str, Any]) -> int:
+    """Rehearsal-role calls the trace shows: every observation not decided by the schema check."""
+    return sum(
+        observation["source"] == "imagined"
+        for trajectory in trace["trace"]
+        for step in trajectory["steps"]
+        for observation in step["observations"]
+    )
 
 
 def _signature(name: str, arguments: str) -> str:

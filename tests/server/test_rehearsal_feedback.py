@@ -59,7 +59,7 @@ def _streamed(client: Any, stack: Stack, messages: list[Any], knobs: dict[str, A
     return content, reasoning, [calls[i] for i in sorted(calls)], finish, usage, summary
 
 
-@pytest.mark.parametrize("commit", ["select", "reflect"])
+@pytest.mark.parametrize("commit", ["anchored", "select", "reflect"])
 def test_stream_reassembles_to_the_non_stream_answer(stack: Stack, commit: str) -> None:
     """For one seed, the streamed committed turn equals the non-streamed one (ids aside)."""
     client = stack.sdk()

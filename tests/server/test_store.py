@@ -19,7 +19,9 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 @pytest.fixture(params=["redis", "in-process"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[RehearsalStore]:
     """A fresh store; the Redis one lives under a unique prefix that is dropped afterwards."""
-    lifetimes = Lifetimes(memory_max_entries=3, grounding_max_per_tool=2)
+    lifetimes = Lifetimes(
+        memory_max_entries=3, grounding_max_per_tool=2, trust_window=6, trust_max_tools=2
+    )
     if request.param == "in-process":
         yield InProcessStore(lifetimes=lifetimes)
         return
@@ -71,6 +73,27 @@ async def test_grounding_prefers_exact_arguments_then_recent(store: RehearsalSto
     assert await store.grounding("other", "get_order", '{"id":2}', 5) == []
 
 
+async def test_trust_counts_pool_halve_and_cap_tools(store: RehearsalStore) -> None:
+    """Pairs count per tool and pooled ("*"); past the window a row halves; new tools are capped."""
+    for cell in ("oo", "oo", "ee", "oe"):
+        await store.record_trust("t", "get:order", cell)  # a colon in the name survives
+    assert await store.trust_table("t") == {
+        "get:order": {"oo": 2, "ee": 1, "oe": 1},
+        "*": {"oo": 2, "ee": 1, "oe": 1},
+    }
+    for _ in range(3):  # a total of 7 passes the window of 6: every count of the row halves
+        await store.record_trust("t", "get:order", "oo")
+    table = await store.trust_table("t")
+    assert {cell: n for cell, n in table["get:order"].items() if n} == {"oo": 2}
+    await store.record_trust("t", "second", "eo")
+    await store.record_trust("t", "third", "eo")  # beyond trust_max_tools: pooled only
+    table = await store.trust_table("t")
+    assert "second" in table
+    assert "third" not in table
+    assert sum(table["*"].values()) == 4
+    assert await store.trust_table("other") == {}
+
+
 async def test_every_redis_key_has_a_ttl() -> None:
     """Each kind of key the store writes carries an expiry."""
     keys = Keys(prefix=f"rgwtest-{uuid.uuid4().hex[:8]}:")
@@ -81,8 +104,9 @@ async def test_every_redis_key_has_a_ttl() -> None:
         await store.save_pending("t", "call", {"a": 1})
         await store.append_memory("t", "s", [{"a": 1}])
         await store.save_grounding("t", "tool", "{}", {"a": 1})
+        await store.record_trust("t", "tool", "oo")
         found = [key async for key in raw.scan_iter(match=keys.pattern())]
-        assert len(found) == 5
+        assert len(found) == 6
         for key in found:
             assert await raw.ttl(key) > 0, key
     finally:
