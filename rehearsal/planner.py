@@ -19,7 +19,8 @@ evidence and the rules):
   one call with ``n = budget - 1``; sequential: attempts with the memory note), and the first
   rehearsed-clean one replaces the anchor. With none, the anchor stays (or, when the anchor is
   schema-invalid, the best schema-valid candidate). Rehearsal therefore changes a decision only
-  on evidence, and costs two engine calls when the anchor is fine.
+  on evidence, and costs two engine calls when the anchor is fine (early exit ``anchor``; with
+  ``early_exit`` off the alternatives are sampled and walked anyway, for measurements).
 - **select**: ``commit.select`` over the walks; when every candidate has evidence against it,
   one verified ``reflect`` call.
 - **reflect**: one more acting call (role ``commit``, low temperature) with the memory note as the
@@ -141,13 +142,18 @@ class Planner:
         if walk.ended is None:
             with ctx.phase("rehearse"):
                 await ctx.walk(walk, random.Random(ctx.seed()))
-        if evidence(walk.freeze(), ctx.request.trust) not in AGAINST or ctx.budget.budget < 2:
-            return self._anchored_choice(ctx)
-        if ctx.budget.mode == "parallel":
-            await self._alternatives(ctx, anchor)
-        else:
-            await self._attempts(ctx, first=1)
-        return self._anchored_choice(ctx)
+        fine = evidence(walk.freeze(), ctx.request.trust) not in AGAINST
+        # ``early_exit`` decides spending, not the decision: off, the whole budget is spent.
+        stop = fine and ctx.budget.early_exit
+        if ctx.budget.budget >= 2 and not stop:
+            if ctx.budget.mode == "parallel":
+                await self._alternatives(ctx, anchor)
+            else:
+                await self._attempts(ctx, first=1)
+        decision = self._anchored_choice(ctx)
+        if stop and ctx.budget.budget >= 2:
+            return replace(decision, early_exit="anchor")
+        return decision
 
     async def _alternatives(self, ctx: RehearsalContext, anchor: AssistantTurn) -> None:
         """Sample ``budget - 1`` alternatives to a vetoed anchor and walk each new action."""
@@ -246,7 +252,7 @@ class Planner:
                     await ctx.walk(walk, random.Random(ctx.seed()))
             done = walk.freeze()
             found = evidence(done, ctx.request.trust)
-            if anchored and found == "clean":
+            if anchored and found == "clean" and ctx.budget.early_exit:
                 return None
             clean = found in ("clean", "answer")
             agrees = attempt > 0 and done.signature == ctx.walks[-2].freeze().signature
