@@ -18,25 +18,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-import httpx
+from clients import stack
+from clients.stack import Child, spawn, store_settings, wait_ready
+from server.launcher.processes import free_ports
 
-from server.launcher.processes import free_ports, stop_process_groups
-
-STOP_GRACE_S = 5.0  # how long the twin and the gateway get to stop before they are killed
 DEMO_KEYS = {"off": "demo-off-key", "parallel": "demo-parallel-key", "sequential": "demo-seq-key"}
 MODEL = "EnvACE-Qwen3-8B"
 SHORT_WORLD, SHORT_TASKS = "retail", 4
@@ -107,57 +102,6 @@ class Outcome:
         data["fidelity"] = self.fidelity
         data["fidelity_samples"] = len(self.fidelities)
         return data
-
-
-@dataclass
-class _Child:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-
-@contextlib.contextmanager
-def _children() -> Iterator[list[_Child]]:
-    """Every process the demo starts, stopped (with their process groups) however it ends.
-
-    All are asked to stop at once and given one shared grace period, so a demo interrupted
-    mid-run (requests still in flight) is gone within seconds; stragglers are killed.
-    """
-    started: list[_Child] = []
-    try:
-        yield started
-    finally:
-        stop_process_groups([child.popen for child in reversed(started)], STOP_GRACE_S)
-
-
-def _spawn(
-    children: list[_Child], name: str, argv: list[str], workdir: Path, env: dict[str, str]
-) -> _Child:
-    log = workdir / f"{name}.log"
-    with log.open("wb") as sink:
-        popen = subprocess.Popen(
-            argv,
-            env={**os.environ, **env},
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    child = _Child(name, popen, log)
-    children.append(child)
-    return child
-
-
-def _wait_ready(child: _Child, url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if child.popen.poll() is not None:
-            raise RuntimeError(f"{child.name} exited early:\n{child.log.read_text()[-2000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{child.name} did not become ready at {url}")
 
 
 def _configurations(budget: int, commit: str) -> list[tuple[str, dict[str, Any]]]:
@@ -279,74 +223,31 @@ async def _run_all(gateway: str, args: argparse.Namespace, console: Any) -> list
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
-
-
-def _redis_url(choice: str) -> str | None:
-    """The Redis the gateway should use: ``auto`` means the local one, when it answers."""
-    if choice == "none":
-        return None
-    if choice != "auto":
-        return choice
-    import redis
-
-    client = redis.Redis.from_url(DEFAULT_REDIS, socket_timeout=0.5, socket_connect_timeout=0.5)
-    try:
-        return DEFAULT_REDIS if client.ping() else None
-    except redis.RedisError:
-        return None
-    finally:
-        client.close()
-
-
-@contextlib.contextmanager
-def _store(choice: str) -> Iterator[dict[str, str]]:
-    """The gateway's store settings; a Redis prefix of this run's own, dropped afterwards."""
-    url = _redis_url(choice)
-    if url is None:
-        yield {}
-        return
-    import uuid
-
-    import redis
-
-    prefix = f"rgw-demo-{uuid.uuid4().hex[:12]}:"
-    try:
-        yield {"RGW_REDIS_URL": url, "RGW_REDIS_PREFIX": prefix}
-    finally:
-        client = redis.Redis.from_url(url, socket_timeout=2)
-        # If Redis went away meanwhile, nothing is lost: every key carries a TTL
-        # (server/store/keys.py).
-        with contextlib.suppress(redis.RedisError), contextlib.closing(client):
-            for key in client.scan_iter(match=prefix + "*"):
-                client.delete(key)
-
-
 def _start_stack(
-    children: list[_Child], workdir: Path, args: argparse.Namespace, store: dict[str, str]
+    children: list[Child], workdir: Path, args: argparse.Namespace, store: dict[str, str]
 ) -> str:
     """Start the twin and the gateway; the gateway's base URL once both answer."""
     twin_port, gateway_port = free_ports(2)
     cli = [sys.executable, "-m", "clients.cli"]
     worlds = _worlds(args)
-    twin = _spawn(children, "twin", [
+    twin = spawn(children, "twin", [
         *cli, "twin", "--port", str(twin_port),
         "--world", worlds[0] if len(worlds) == 1 else "auto",
         "--skill", str(args.skill), "--fidelity", str(args.fidelity),
         "--latency", "h100", "--latency-scale", str(args.latency_scale),
         "--seed", str(args.seed),
     ], workdir, env={})  # fmt: skip
-    _wait_ready(twin, f"http://127.0.0.1:{twin_port}/health")
-    gateway = _spawn(children, "gateway", [
+    wait_ready(twin, f"http://127.0.0.1:{twin_port}/health")
+    gateway = spawn(children, "gateway", [
         *cli, "serve", "--engine", f"http://127.0.0.1:{twin_port}/v1",
         "--port", str(gateway_port), "--log-level", "warning",
     ], workdir, env={"RGW_API_KEYS": ",".join(DEMO_KEYS.values()), **store})  # fmt: skip
     url = f"http://127.0.0.1:{gateway_port}"
-    _wait_ready(gateway, url + "/ready")
+    wait_ready(gateway, url + "/ready")
     return url
 
 
-def _problems(outcomes: list[Outcome], children: list[_Child]) -> list[str]:
+def _problems(outcomes: list[Outcome], children: list[Child]) -> list[str]:
     """What makes the run a failure even though every task finished."""
     found = [f"{c.name} exited with {c.popen.returncode}" for c in children if c.popen.poll()]
     for o in outcomes:
@@ -370,8 +271,8 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_signal)
     with (
         tempfile.TemporaryDirectory(prefix="rgw-demo-") as tmp,
-        _store(args.redis) as store,
-        _children() as children,
+        store_settings(args.redis, "demo") as store,
+        stack.children() as children,
     ):
         console.print(
             "[bold]Engine twin[/bold]: a SIMULATION of vLLM serving EnvACE-Qwen3-8B "
@@ -394,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             console.print(f"[red]demo failed:[/red] {type(exc).__name__}: {exc}")
             for child in children:
-                console.print(f"--- {child.name} log (tail) ---\n{child.log.read_text()[-1500:]}")
+                console.print(f"--- {child.name} log (tail) ---\n{child.tail()}")
             return 1
     results, cost = tables(outcomes, args.seed)
     console.print(results)
