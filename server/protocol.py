@@ -27,6 +27,14 @@ class _Wire(BaseModel):
 # --------------------------------------------------------------------------- request
 
 
+_GORILLA_TYPES = (
+    "tool parameters must be a JSON Schema with type 'object', not 'dict' (a BFCL/Gorilla "
+    "function doc): use JSON Schema types throughout (dict -> object, float -> number, "
+    "tuple -> array, any -> string), e.g. with BFCL's own converter, bfcl_eval.model_handler."
+    "utils.convert_to_tool(functions, GORILLA_TO_OPENAPI, ModelStyle.OPENAI_COMPLETIONS)"
+)
+
+
 class FunctionDefinition(_Wire):
     name: Annotated[str, Field(min_length=1, max_length=256)]
     description: str | None = None
@@ -36,7 +44,12 @@ class FunctionDefinition(_Wire):
     @field_validator("parameters")
     @classmethod
     def _json_schema_object(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        # A tool's parameters are a JSON Schema for an object of named arguments.
+        # A tool's parameters are a JSON Schema for an object of named arguments. BFCL/Gorilla
+        # docs say "dict" (and float, tuple, any below it): not rewritten here, since the engine
+        # gets the client's bytes (module docstring) and "dict" is no JSON Schema type for
+        # whatever validates or constrains with it downstream; the 400 says how to convert.
+        if value is not None and value.get("type") == "dict":
+            raise ValueError(_GORILLA_TYPES)
         if value is not None and value.get("type", "object") != "object":
             raise ValueError("tool parameters must be a JSON Schema with type 'object'")
         if value is not None and not isinstance(value.get("properties", {}), dict):

@@ -109,6 +109,19 @@ def valid(**changes: Any) -> bytes:
             "tools[0].function.parameters",
             id="tool-schema-not-object-type",
         ),
+        pytest.param(
+            valid(
+                tools=[
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "parameters": {"type": "dict", "properties": {}}},
+                    }
+                ]
+            ),
+            400,
+            "tools[0].function.parameters",
+            id="tool-schema-bfcl-dict",
+        ),
         pytest.param(valid(tools=[{"type": "retrieval"}]), 400, None, id="tool-wrong-type"),
         pytest.param(valid(tool_choice="sometimes"), 400, "tool_choice", id="tool-choice-bad"),
         pytest.param(valid(model="gpt-nope"), 404, "model", id="unknown-model"),
@@ -120,6 +133,20 @@ def test_bad_request_gets_its_envelope(
 ) -> None:
     """Each kind of bad request maps to its status and an OpenAI error envelope."""
     assert_envelope(post(gateway, content), status, param)
+
+
+def test_bfcl_style_schema_is_told_how_to_convert(gateway: str) -> None:
+    """A BFCL/Gorilla doc ("type": "dict") gets a 400 naming JSON Schema types and the converter."""
+    doc = {
+        "name": "cd",
+        "parameters": {"type": "dict", "properties": {"folder": {"type": "string"}}},
+    }
+    response = post(gateway, valid(tools=[{"type": "function", "function": doc}]))
+    assert_envelope(response, 400, "tools[0].function.parameters")
+    message = response.json()["error"]["message"]
+    assert "not 'dict'" in message
+    assert "dict -> object" in message
+    assert "convert_to_tool(functions, GORILLA_TO_OPENAPI" in message
 
 
 def test_chunked_body_over_limit_is_413(gateway: str) -> None:
