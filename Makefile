@@ -2,6 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
+# The BFCL release `rehearsal-gateway eval` runs (clients/eval/bfcl.py names the same one).
+BFCL_EVAL := bfcl-eval==2026.3.23
 
 .PHONY: install lint test test-fast test-vllm vllm-env demo bench clean
 
@@ -9,7 +11,9 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,eval,plot]'
+	# Without its dependency list: pyproject's `eval` extra says why and carries what it needs.
+	$(PY) -m pip install -q --no-deps '$(BFCL_EVAL)'
 	touch $@
 
 lint: install

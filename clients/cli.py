@@ -21,6 +21,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "clients.demo",
     "clients.chat",
     "clients.trace",
+    "clients.eval.cli",
 )
 
 
