@@ -28,6 +28,7 @@ PAGES = [
     "docs/configuration.md",
     "docs/serving-envace-vllm.md",
     "docs/limits.md",
+    "docs/evaluation.md",
 ]
 FENCE = re.compile(r"^```(python|bash)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 TAGS = {"runnable", "server", "make", "vllm"}
