@@ -26,6 +26,13 @@ def _vetoes(row: CellSummary) -> str:
     return f"{row.veto_total}: {kinds}"
 
 
+def _fidelity(row: CellSummary) -> str:
+    if not row.outcome_checked:
+        return "-"
+    outcome = _number(row.outcome_agreement, "{:.2f}")
+    return f"{outcome}/{_number(row.structural_fidelity)} (n {row.outcome_checked})"
+
+
 def _paired(row: CellSummary) -> str:
     if row.mode == "off" or row.paired == 0:
         return "-"
@@ -52,7 +59,7 @@ def tables(rows: Sequence[CellSummary], title: str) -> tuple[Any, Any]:
             _paired(row),
             f"{row.tool_errors}/{row.calls}",
             _vetoes(row),
-            f"{_number(row.outcome_agreement, '{:.2f}')}/{_number(row.structural_fidelity)}",
+            _fidelity(row),
             str(row.request_errors),
         )
         tokens = row.tokens_per_turn
