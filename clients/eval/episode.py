@@ -60,6 +60,10 @@ class TaskRun(Protocol):
 
     def score(self, trajectory: Trajectory, force_quit: bool) -> Verdict: ...
 
+    def release(self) -> None:
+        """Let go of the environment once the episode is over (scored or not)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Cell:

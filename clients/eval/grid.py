@@ -85,9 +85,7 @@ class Grid:
                 step_limit=self.suite.step_limit, session=session,
             )  # fmt: skip
         finally:
-            release = getattr(task, "release", None)
-            if release is not None:
-                release()
+            task.release()
         self.run_dir.append(episode)
         return episode
 

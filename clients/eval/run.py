@@ -69,7 +69,7 @@ class GridRun:
             failure = f"{type(exc).__name__}: {exc.message}"
         except asyncio.CancelledError:
             failure = "interrupted (SIGTERM)"
-        episodes = {**done, **{e.key: e for e in run_dir.open(self.manifest).values()}}
+        episodes = run_dir.open(self.manifest)  # what finished before and in this run
         rows = summarize(self.cells, episodes, self.seeds, self.tasks)
         outcomes, cost = report.tables(rows, self.title)
         console.print(outcomes)

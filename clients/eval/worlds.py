@@ -58,6 +58,9 @@ class WorldTask:
             return Verdict(True)
         return Verdict(False, "world:goal_not_reached", f"{self.id}: the goal state is not reached")
 
+    def release(self) -> None:
+        """The state is this object's own: nothing to let go of."""
+
 
 class WorldsSuite:
     """The twin's worlds, every task of each."""
