@@ -40,12 +40,14 @@ from server.errors import (
 )
 from server.http.auth import ApiKeyMiddleware, ApiKeyRing
 from server.http.relay import ClientDisconnected
+from server.http.relayed_routes import router as relayed_router
 from server.http.routes import router
 from server.http.state import (
     CONTENT_STATE_KEY,
     MODE_STATE_KEY,
     OUTCOME_STATE_KEY,
     REHEARSAL_STATE_KEY,
+    RELAYED_STATE_KEY,
     STATE_KEY,
     GatewayState,
 )
@@ -75,6 +77,11 @@ log = logging.getLogger("rehearsal_gateway.server")
 request_log = logging.getLogger(REQUEST_LOGGER)
 
 CHAT_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
+# Requests that may be rehearsed: counted by mode in ``requests_total``, one "chat request" line.
+REQUEST_PATHS = frozenset((CHAT_PATH, RESPONSES_PATH))
+# Every relayed route lives under one of these (``server/chat/relayed.py``); the rest are ours.
+RELAYED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/version", "/invocations", "/generative")
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"; only ever in metrics
 
 
@@ -99,6 +106,7 @@ def create_app(settings: GatewaySettings, *, resolver: Resolver = resolve_system
         redoc_url=None,
     )
     app.include_router(router)
+    app.include_router(relayed_router)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -203,11 +211,15 @@ async def open_state(
 
 
 class RequestAccounting:
-    """Pure ASGI: request id, metrics and the JSON log line of each chat request.
+    """Pure ASGI: request id, metrics and the JSON log line of each request to an engine.
 
-    Every HTTP response carries ``X-Request-Id`` (the client's when sane, else minted). A chat
-    request moves the in-flight gauge, the request counter by mode/outcome, the duration and
-    overhead histograms, and leaves one line on the ``rehearsal_gateway.request`` logger.
+    Every HTTP response carries ``X-Request-Id`` (the client's when sane, else minted), and every
+    engine call the request makes carries it too (``server/engines/client.py``). A chat or
+    responses request moves the in-flight gauge, the request counter by mode/outcome, the
+    duration and overhead histograms, and leaves one "chat request" line on the
+    ``rehearsal_gateway.request`` logger; a relayed request (``/tokenize``, ``/v1/completions``,
+    …) moves the in-flight gauge and the relayed-request families, and leaves a "relayed
+    request" line naming its route.
     """
 
     def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
@@ -231,7 +243,7 @@ class RequestAccounting:
                 message = {**message, "headers": headers}
             await send(message)
 
-        if scope["path"] != CHAT_PATH:
+        if scope["path"] not in REQUEST_PATHS and not scope["path"].startswith(RELAYED_PREFIXES):
             await self.app(scope, receive, send_and_note)
             return
         clock = WaitClock()
@@ -243,22 +255,38 @@ class RequestAccounting:
             finally:
                 current_clock.reset(token)
                 current_record.reset(record_token)
-                elapsed = time.perf_counter() - started
-                state = scope.get("state", {})
-                mode = state.get(MODE_STATE_KEY, PASSTHROUGH)
-                outcome = "ok" if status < 400 else "client_error" if status < 500 else "error"
-                if outcome == "ok":
-                    outcome = state.get(OUTCOME_STATE_KEY, outcome)
-                self.metrics.observe_request(mode, outcome, elapsed)
-                self.metrics.observe_overhead(mode, elapsed - clock.waited)
-                if request_log.isEnabledFor(logging.INFO):
-                    fields = request_line(
-                        record, state, status=status, outcome=outcome, mode=mode,
-                        elapsed=elapsed, waited=clock.waited,
-                        rehearsal=state.get(REHEARSAL_STATE_KEY),
-                        content=state.get(CONTENT_STATE_KEY),
-                    )  # fmt: skip
-                    request_log.info("chat request", extra=fields)
+                self._account(scope, record, status, time.perf_counter() - started, clock)
+
+    def _account(
+        self, scope: Scope, record: RequestRecord, status: int, elapsed: float, clock: WaitClock
+    ) -> None:
+        state = scope.get("state", {})
+        outcome = "ok" if status < 400 else "client_error" if status < 500 else "error"
+        relayed = state.get(RELAYED_STATE_KEY)
+        if relayed is not None:
+            self.metrics.observe_relayed(relayed, outcome, elapsed)
+            if request_log.isEnabledFor(logging.INFO):
+                fields = request_line(
+                    record, state, status=status, outcome=outcome, mode=PASSTHROUGH,
+                    elapsed=elapsed, waited=clock.waited, rehearsal=None,
+                )  # fmt: skip
+                request_log.info("relayed request", extra={**fields, "route": relayed})
+            return
+        if scope["path"] not in REQUEST_PATHS:
+            return  # no such route: nothing to account
+        mode = state.get(MODE_STATE_KEY, PASSTHROUGH)
+        if outcome == "ok":
+            outcome = state.get(OUTCOME_STATE_KEY, outcome)
+        self.metrics.observe_request(mode, outcome, elapsed)
+        self.metrics.observe_overhead(mode, elapsed - clock.waited)
+        if request_log.isEnabledFor(logging.INFO):
+            fields = request_line(
+                record, state, status=status, outcome=outcome, mode=mode,
+                elapsed=elapsed, waited=clock.waited,
+                rehearsal=state.get(REHEARSAL_STATE_KEY),
+                content=state.get(CONTENT_STATE_KEY),
+            )  # fmt: skip
+            request_log.info("chat request", extra=fields)
 
 
 def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> Response:

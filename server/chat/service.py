@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 from pydantic import ValidationError
 
-from server.engines.client import EngineClient, EngineStream
+from server.engines.client import CHAT_PATH, EngineClient, EngineStream
 from server.engines.pool import Engine, EnginePool, affinity_key
 from server.errors import EngineError, InvalidRequest
 from server.protocol import ChatCompletionRequest
@@ -214,28 +214,43 @@ class ChatService:
         )
 
     async def call_engine(
-        self, payload: bytes, *, role: Role, model: str | None, affinity: bytes, label: str
+        self,
+        payload: bytes | None,
+        *,
+        role: Role,
+        model: str | None,
+        affinity: bytes,
+        label: str,
+        path: str = CHAT_PATH,
+        method: str = "POST",
     ) -> bytes:
         """One non-streamed engine call for ``role``; retried elsewhere when that is safe."""
         tried: set[str] = set()
         while True:
             engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
             try:
-                return await self.engines.chat(engine, payload, label)
+                return await self.engines.chat(engine, payload, label, path=path, method=method)
             except EngineError as exc:
                 self._after_failure(engine, exc, tried)
             finally:
                 self.pool.release(engine)
 
     async def open_engine_stream(
-        self, payload: bytes, *, role: Role, model: str | None, affinity: bytes, label: str
+        self,
+        payload: bytes,
+        *,
+        role: Role,
+        model: str | None,
+        affinity: bytes,
+        label: str,
+        path: str = CHAT_PATH,
     ) -> StreamAnswer:
         """A streamed engine call whose first chunk has arrived; retried elsewhere before it."""
         tried: set[str] = set()
         while True:
             engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
             try:
-                stream = await self.engines.open_stream(engine, payload, label)
+                stream = await self.engines.open_stream(engine, payload, label, path=path)
             except EngineError as exc:
                 self.pool.release(engine)
                 self._after_failure(engine, exc, tried)

@@ -27,12 +27,25 @@ from server.errors import (
     EngineTimeout,
     EngineUnavailable,
 )
-from server.telemetry.logs import note_engine, note_tokens
+from server.telemetry.logs import engine_request_id, note_engine, note_tokens
 from server.telemetry.metrics import GatewayMetrics
 from server.telemetry.waits import waiting
 
 JSON_HEADERS = {"content-type": "application/json"}
+CHAT_PATH = "/v1/chat/completions"
 PASSTHROUGH_ROLE = "passthrough"  # the one role whose tokens only the engine's answer tells
+
+
+def engine_headers(role: str) -> dict[str, str]:
+    """Headers of one engine call: JSON, and the request's id (derived for rehearsal calls).
+
+    vLLM takes ``X-Request-Id`` as its own request id (its logs, its response ``id``), so the
+    engine's log lines can be matched to the gateway's request line.
+    """
+    request_id = engine_request_id(role)
+    if request_id is None:
+        return JSON_HEADERS
+    return {**JSON_HEADERS, "x-request-id": request_id}
 
 
 def count_usage(metrics: GatewayMetrics, body: bytes) -> None:
@@ -144,13 +157,25 @@ class EngineClient:
         self.metrics.engine_error(engine.name, error.kind)
         return error
 
-    async def chat(self, engine: Engine, payload: bytes, role: str) -> bytes:
-        """One non-streamed chat completion; the engine's JSON bytes on 2xx."""
+    async def chat(
+        self,
+        engine: Engine,
+        payload: bytes | None,
+        role: str,
+        *,
+        path: str = CHAT_PATH,
+        method: str = "POST",
+    ) -> bytes:
+        """One non-streamed call (a chat completion unless ``path`` says otherwise).
+
+        The engine's JSON bytes on 2xx. ``path`` is from the engine's root (``/v1/…``,
+        ``/tokenize``); ``payload`` is ``None`` for a GET.
+        """
         started = time.perf_counter()
         try:
             with waiting():
-                response = await self.http.post(
-                    engine.base_url + "/chat/completions", content=payload, headers=JSON_HEADERS
+                response = await self.http.request(
+                    method, engine.root_url + path, content=payload, headers=engine_headers(role)
                 )
         except httpx.HTTPError as exc:
             raise self._fail(engine, translate(exc, engine)) from exc
@@ -162,15 +187,17 @@ class EngineClient:
             count_usage(self.metrics, response.content)
         return response.content
 
-    async def open_stream(self, engine: Engine, payload: bytes, role: str) -> EngineStream:
-        """Start a streamed chat completion and wait for its first chunk.
+    async def open_stream(
+        self, engine: Engine, payload: bytes, role: str, *, path: str = CHAT_PATH
+    ) -> EngineStream:
+        """Start a streamed call (a chat completion by default) and wait for its first chunk.
 
         Everything that can fail before that chunk fails here, while the caller may still try
         another engine.
         """
         started = time.perf_counter()
         request = self.http.build_request(
-            "POST", engine.base_url + "/chat/completions", content=payload, headers=JSON_HEADERS
+            "POST", engine.root_url + path, content=payload, headers=engine_headers(role)
         )
         try:
             with waiting():

@@ -8,7 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server.chat.service import RehearsedStream, StreamAnswer, readiness
-from server.errors import InvalidRequest, PayloadTooLarge, StoreUnavailable
+from server.errors import StoreUnavailable
+from server.http.body import read_body
 from server.http.rehearse_stream import RehearsalStream
 from server.http.relay import StreamRelay, json_response, until_disconnect
 from server.http.state import (
@@ -24,24 +25,6 @@ from server.protocol import ModelCard, ModelList
 router = APIRouter()
 
 JSON = "application/json"
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise InvalidRequest("invalid Content-Length header")
-        if int(declared) > limit:
-            raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 @router.post("/v1/chat/completions")

@@ -25,6 +25,7 @@ STATE_KEY = "gateway"
 MODE_STATE_KEY = "mode"
 OUTCOME_STATE_KEY = "outcome"  # set by a route when the status alone does not tell (degraded)
 REHEARSAL_STATE_KEY = "rehearsal"  # the response's rehearsal summary, for the request's log line
+RELAYED_STATE_KEY = "relayed"  # the relayed route's path template (``server/chat/relayed.py``)
 CONTENT_STATE_KEY = "log_content"  # the request's messages, only when RGW_LOG_CONTENT=true
 
 

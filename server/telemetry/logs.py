@@ -97,9 +97,29 @@ class RequestRecord:
     request_id: str
     engines: list[str] = field(default_factory=list)
     tokens: dict[str, dict[str, int]] = field(default_factory=dict)
+    engine_calls: int = 0  # engine calls made so far, for their derived request ids
 
 
 current_record: ContextVar[RequestRecord | None] = ContextVar("rgw_request_record", default=None)
+
+
+PASSTHROUGH_ROLE = "passthrough"
+
+
+def engine_request_id(role: str) -> str | None:
+    """The ``X-Request-Id`` of the current request's next engine call (``None`` outside one).
+
+    A pass-through call carries the client's id itself, as if the client had called vLLM; every
+    other call (acting, rehearsing, committing) a derived one, ``<id>-<role>-<n>``, unique within
+    the request so an engine never sees two live requests under one id.
+    """
+    record = current_record.get()
+    if record is None:
+        return None
+    record.engine_calls += 1
+    if role == PASSTHROUGH_ROLE and record.engine_calls == 1:
+        return record.request_id
+    return f"{record.request_id}-{role}-{record.engine_calls}"
 
 
 def note_engine(name: str) -> None:

@@ -96,6 +96,19 @@ class GatewayMetrics:
             buckets=REQUEST_BUCKETS,
             registry=reg,
         )
+        self.relayed_requests = Counter(
+            PREFIX + "relayed_requests",
+            "Requests to vLLM routes the gateway relays, by route template and outcome.",
+            ("route", "outcome"),
+            registry=reg,
+        )
+        self.relayed_seconds = Histogram(
+            PREFIX + "relayed_request_duration_seconds",
+            "A relayed request, first byte in to last byte out.",
+            ("route",),
+            buckets=REQUEST_BUCKETS,
+            registry=reg,
+        )
         self.engine_call_seconds = Histogram(
             PREFIX + "engine_call_seconds",
             "One engine call by role, until its last byte.",
@@ -234,6 +247,11 @@ class GatewayMetrics:
         """One finished chat request."""
         self.requests.labels(mode, outcome).inc()
         self.request_seconds.labels(mode).observe(seconds)
+
+    def observe_relayed(self, route: str, outcome: str, seconds: float) -> None:
+        """One finished request to a relayed vLLM route (``route`` is its path template)."""
+        self.relayed_requests.labels(route, outcome).inc()
+        self.relayed_seconds.labels(route).observe(seconds)
 
     # ---- engines
 

@@ -1,0 +1,50 @@
+"""HTTP routes for vLLM's routes the gateway relays (``server/chat/relayed.py`` lists them)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from server.chat.relayed import RELAYED, RelayedRoute, RouteRelay
+from server.chat.service import StreamAnswer
+from server.http.body import read_body
+from server.http.relay import StreamRelay, json_response, until_disconnect
+from server.http.state import RELAYED_STATE_KEY, gateway_of
+
+router = APIRouter()
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _endpoint(route: RelayedRoute) -> Endpoint:
+    async def relay(request: Request) -> Response:
+        state = gateway_of(request)
+        setattr(request.state, RELAYED_STATE_KEY, route.path)
+        limit = state.settings.max_body_bytes
+        raw = b"" if route.method == "GET" else await read_body(request, limit)
+        path = request.url.path
+        if request.url.query:
+            path += "?" + request.url.query
+        work = RouteRelay(state.chat).relay(
+            route, path, raw, session_id=request.headers.get("x-session-id")
+        )
+        answer = await until_disconnect(request.receive, work)
+        if isinstance(answer, StreamAnswer):
+            return StreamRelay(answer)
+        return json_response(answer)
+
+    relay.__doc__ = f"Relayed to an engine: {route.what} (as vLLM serves it)."
+    return relay
+
+
+for _route in RELAYED:
+    router.add_api_route(
+        _route.path,
+        _endpoint(_route),
+        methods=[_route.method],
+        name=f"relay {_route.path}",
+        summary=f"{_route.what} (relayed to vLLM)",
+    )
