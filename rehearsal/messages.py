@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from rehearsal.errors import MalformedResponse
@@ -28,6 +28,8 @@ JSON = Any
 Message = dict[str, Any]
 
 ANSWER = "answer"
+# Fields of an engine's choice kept on the turn for the committed answer (vLLM writes them).
+ENGINE_CHOICE_FIELDS = ("logprobs", "stop_reason")
 
 
 def canonical_json(value: JSON) -> str:
@@ -74,12 +76,14 @@ class Usage:
     prompt: int = 0
     completion: int = 0
     cached: int = 0
+    reasoning: int = 0  # of ``completion``, the thinking tokens (vLLM's reasoning_tokens)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt + other.prompt,
             self.completion + other.completion,
             self.cached + other.cached,
+            self.reasoning + other.reasoning,
         )
 
     def to_dict(self) -> dict[str, int]:
@@ -91,10 +95,13 @@ class Usage:
         usage = body if isinstance(body, Mapping) else {}
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, Mapping) else 0
+        out = usage.get("completion_tokens_details")
+        reasoning = out.get("reasoning_tokens") if isinstance(out, Mapping) else 0
         return cls(
             prompt=_count(usage.get("prompt_tokens")),
             completion=_count(usage.get("completion_tokens")),
             cached=_count(cached),
+            reasoning=_count(reasoning),
         )
 
 
@@ -110,6 +117,10 @@ class AssistantTurn:
     reasoning: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None
+    # What the engine said about this choice that a client of the engine would have seen and
+    # the core does not read (``logprobs``, ``stop_reason``, the answer's
+    # ``system_fingerprint``): carried so the committed turn is answered as vLLM answers it.
+    engine_fields: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def is_answer(self) -> bool:
@@ -170,6 +181,7 @@ class AssistantTurn:
             reasoning=reasoning if isinstance(reasoning, str) else None,
             tool_calls=calls,
             finish_reason=finish if isinstance(finish, str) else None,
+            engine_fields={k: choice[k] for k in ENGINE_CHOICE_FIELDS if choice.get(k) is not None},
         )
         if not calls and turn.content and "<tool_call>" in turn.content:
             return turn._reread(index)
@@ -183,7 +195,8 @@ class AssistantTurn:
             for i, call in enumerate(parsed.calls)
         )
         reasoning = self.reasoning or parsed.reasoning
-        return AssistantTurn(parsed.content, reasoning, calls, self.finish_reason)
+        return AssistantTurn(parsed.content, reasoning, calls, self.finish_reason,
+                             self.engine_fields)  # fmt: skip
 
 
 def _tool_call_from_openai(raw: object, fallback_id: str) -> ToolCall:
@@ -250,7 +263,14 @@ class GenerationResponse:
             key=lambda item: _choice_index(item[1], item[0]),
         )
         choices = tuple(AssistantTurn.from_openai(c, i) for i, (_, c) in enumerate(ordered))
-        return cls(choices, Usage.from_openai(cast(Mapping[str, Any], body).get("usage")))
+        answer = cast(Mapping[str, Any], body)
+        fingerprint = answer.get("system_fingerprint")
+        if isinstance(fingerprint, str):
+            choices = tuple(
+                replace(c, engine_fields={**c.engine_fields, "system_fingerprint": fingerprint})
+                for c in choices
+            )
+        return cls(choices, Usage.from_openai(answer.get("usage")))
 
 
 def _choice_index(choice: object, position: int) -> int:

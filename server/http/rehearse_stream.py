@@ -7,9 +7,11 @@ for a while — so proxies keep the connection open and a person watching sees p
 - the committed turn, decided and verified before any of it is sent, written as vLLM would
   stream it (``ChunkWriter.turn_chunks``) — so a fallback after bytes went out cannot happen;
 
-and finally the usage chunk (all tokens, when ``stream_options.include_usage``), a last chunk
-carrying the ``rehearsal`` summary, and ``data: [DONE]``. A client that disconnects cancels the
-planner, and with it every engine call of the rehearsal.
+and finally the usage chunk (all tokens, when ``stream_options.include_usage``) and
+``data: [DONE]``. The ``rehearsal`` summary rides on the usage chunk when there is one, else on
+the chunk that carries the finish reason — never on a chunk of its own, because only the usage
+chunk may have empty ``choices`` (``ChunkWriter`` in ``server/rehearse/committed.py``). A client
+that disconnects cancels the planner, and with it every engine call of the rehearsal.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 from server.errors import GatewayError, sse_error_event
 from server.http.relay import SSE_HEADERS, ClientDisconnected, until_disconnect
 from server.http.state import OUTCOME_STATE_KEY, REHEARSAL_STATE_KEY
-from server.rehearse.committed import ChunkWriter, with_minted_ids
+from server.rehearse.committed import ChunkWriter, fingerprint, with_minted_ids
 from server.rehearse.service import Rehearsal
 
 KEEPALIVE_S = 2.0
@@ -99,12 +101,12 @@ class RehearsalStream(Response):
             result = await self.rehearsal.run()
             turn = with_minted_ids(result.turn)
             summary = self.summary = await self.rehearsal.settle(result, turn)
-            for chunk in self.writer.turn_chunks(turn):
+            closing = {"system_fingerprint": fingerprint(turn), "rehearsal": summary}
+            on_finish = {} if self.include_usage else closing
+            for chunk in self.writer.turn_chunks(turn, closing=on_finish):
                 await self.frames.put(sse(chunk))
             if self.include_usage:
-                await self.frames.put(sse(self.writer.usage_chunk(result.usage)))
-            closing = {**self.writer.chunk({}), "choices": [], "rehearsal": summary}
-            await self.frames.put(sse(closing))
+                await self.frames.put(sse(self.writer.usage_chunk(result.usage, **closing)))
             await self.frames.put(b"data: [DONE]\n\n")
             self.outcome = "degraded" if summary["degraded"] else "ok"
         except GatewayError as exc:

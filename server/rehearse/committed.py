@@ -43,7 +43,12 @@ def with_minted_ids(turn: AssistantTurn) -> AssistantTurn:
 
 
 def finish_reason(turn: AssistantTurn) -> str:
-    if turn.tool_calls:
+    """The engine's reason, as vLLM reports it: ``tool_calls`` only for a turn that ended.
+
+    A turn cut by ``max_tokens`` stays ``length`` even when a (cut) call was parsed from it, so
+    a client sees the cut instead of running a truncated call.
+    """
+    if turn.tool_calls and turn.finish_reason in (None, "stop", "tool_calls"):
         return "tool_calls"
     return turn.finish_reason or "stop"
 
@@ -54,7 +59,13 @@ def usage_body(usage: Usage) -> dict[str, Any]:
         "total_tokens": usage.prompt + usage.completion,
         "completion_tokens": usage.completion,
         "prompt_tokens_details": {"cached_tokens": usage.cached},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning},
     }
+
+
+def fingerprint(turn: AssistantTurn) -> str | None:
+    value = turn.engine_fields.get("system_fingerprint")
+    return value if isinstance(value, str) else None
 
 
 def message_body(turn: AssistantTurn) -> dict[str, Any]:
@@ -85,17 +96,26 @@ def completion_body(
             {
                 "index": 0,
                 "message": message_body(turn),
-                "logprobs": None,
+                "logprobs": turn.engine_fields.get("logprobs"),
                 "finish_reason": finish_reason(turn),
+                "stop_reason": turn.engine_fields.get("stop_reason"),
             }
         ],
+        "system_fingerprint": fingerprint(turn),
         "usage": usage_body(usage),
         "rehearsal": rehearsal,
     }
 
 
 class ChunkWriter:
-    """Builds ``chat.completion.chunk`` objects for one streamed answer."""
+    """Builds ``chat.completion.chunk`` objects for one streamed answer.
+
+    Chunk shapes follow OpenAI's rules, which every client's ``chunk.choices[0]`` loop relies on:
+    only the usage chunk has empty ``choices``, and it comes last. So the ``rehearsal`` summary
+    rides on the usage chunk when the client asked for usage, else on the chunk that carries the
+    finish reason (``closing``); ``system_fingerprint`` goes on that same terminal chunk, as vLLM
+    puts it. A committed turn's ``logprobs`` ride on its first generated delta.
+    """
 
     def __init__(self, completion_id: str, model: str, created: int | None = None) -> None:
         self.completion_id = completion_id
@@ -103,14 +123,25 @@ class ChunkWriter:
         self.created = created if created is not None else int(time.time())
 
     def chunk(
-        self, delta: dict[str, Any], finish: str | None = None, **extra: Any
+        self,
+        delta: dict[str, Any],
+        finish: str | None = None,
+        *,
+        logprobs: Any = None,
+        **extra: Any,
     ) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": logprobs,
+            "finish_reason": finish,
+        }
         return {
             "id": self.completion_id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "choices": [choice],
             **extra,
         }
 
@@ -125,22 +156,37 @@ class ChunkWriter:
             **extra,
         }
 
-    def turn_chunks(self, turn: AssistantTurn) -> Iterator[dict[str, Any]]:
-        """The committed turn as vLLM would stream it: role, thinking, text, tool-call pieces."""
-        yield self.chunk({"role": "assistant", "content": ""})
-        if turn.reasoning:
-            yield self.chunk({"reasoning": turn.reasoning, "reasoning_content": turn.reasoning})
-        if turn.content:
-            yield self.chunk({"content": turn.content})
-        for index, call in enumerate(turn.tool_calls):
-            yield from self._tool_call_chunks(index, call)
-        yield self.chunk({}, finish_reason(turn))
+    def turn_chunks(
+        self, turn: AssistantTurn, *, closing: dict[str, Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The committed turn as vLLM would stream it: role, thinking, text, tool-call pieces.
 
-    def _tool_call_chunks(self, index: int, call: ToolCall) -> Iterator[dict[str, Any]]:
+        ``closing`` (``rehearsal``, ``system_fingerprint``) is added to the finish chunk.
+        """
+        logprobs = turn.engine_fields.get("logprobs")
+        yield self.chunk({"role": "assistant", "content": ""})
+        pieces: list[dict[str, Any]] = []
+        if turn.reasoning:
+            pieces.append({"reasoning": turn.reasoning, "reasoning_content": turn.reasoning})
+        if turn.content:
+            pieces.append({"content": turn.content})
+        for delta in pieces:
+            yield self.chunk(delta, logprobs=logprobs)
+            logprobs = None
+        for index, call in enumerate(turn.tool_calls):
+            for delta in self._tool_call_deltas(index, call):
+                yield self.chunk(delta, logprobs=logprobs)
+                logprobs = None
+        stop_reason = turn.engine_fields.get("stop_reason")
+        final = self.chunk({}, finish_reason(turn), **(closing or {}))
+        final["choices"][0]["stop_reason"] = stop_reason
+        yield final
+
+    def _tool_call_deltas(self, index: int, call: ToolCall) -> Iterator[dict[str, Any]]:
         head = {"index": index, "id": call.id, "type": "function"}
-        yield self.chunk({"tool_calls": [{**head, "function": {"name": call.name}}]})
+        yield {"tool_calls": [{**head, "function": {"name": call.name}}]}
         arguments = call.arguments
         step = max(1, -(-len(arguments) // ARGUMENT_PIECES))
         for start in range(0, len(arguments), step):
             piece = {"index": index, "function": {"arguments": arguments[start : start + step]}}
-            yield self.chunk({"tool_calls": [piece]})
+            yield {"tool_calls": [piece]}

@@ -51,9 +51,11 @@ _OWN_FIELDS = frozenset(
     (
         "model", "messages", "tools", "n", "temperature", "top_p", "max_tokens",
         "max_completion_tokens", "seed", "stream", "stream_options", "rehearsal", "user",
-        "metadata", "store", "logprobs", "top_logprobs",
+        "metadata", "store",
     )
 )  # fmt: skip
+# (``logprobs``/``top_logprobs`` do reach the acting and commit calls: the committed turn
+# carries its engine's logprobs, as a pass-through answer would.)
 
 
 def resolve_knobs(
