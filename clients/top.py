@@ -320,7 +320,8 @@ def render_text(view: RenderableType, width: int = 100) -> str:
 
 
 def metrics_url(url: str) -> str:
-    return url.rstrip("/") + "/metrics"
+    """``/metrics`` of the gateway at ``url`` (given with or without ``/v1``, as the SDKs take)."""
+    return url.rstrip("/").removesuffix("/v1") + "/metrics"
 
 
 def fetch_metrics(client: httpx.Client, url: str) -> MetricsSnapshot:
@@ -409,7 +410,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Show a gateway's traffic, rehearsal vs real tool-call latency, fidelity, "
         "tokens and engines, read from its /metrics and refreshed every interval.",
     )
-    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway's base URL")
+    parser.add_argument(
+        "--url", default="http://127.0.0.1:8000", help="the gateway's URL, with or without /v1"
+    )
     parser.add_argument(
         "--interval", type=_positive_float, default=1.0, help="seconds between refreshes"
     )

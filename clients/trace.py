@@ -21,12 +21,17 @@ from typing import Any
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
+def gateway_root(url: str) -> str:
+    """The gateway's root URL, whether given as the SDKs take it (``…/v1``) or without."""
+    return url.rstrip("/").removesuffix("/v1")
+
+
 def gateway_options(parser: argparse.ArgumentParser) -> None:
     """The flags every client command shares: where the gateway is and which key to use."""
     parser.add_argument(
         "--url",
         default=os.environ.get("RGW_URL", DEFAULT_URL),
-        help=f"the gateway's base URL (env RGW_URL; default {DEFAULT_URL})",
+        help=f"the gateway's URL, with or without /v1 (env RGW_URL; default {DEFAULT_URL})",
     )
     parser.add_argument(
         "--api-key",
@@ -39,7 +44,7 @@ def open_client(args: argparse.Namespace) -> Any:
     """A ``RehearsalClient`` for the command's ``--url`` and ``--api-key``."""
     from clients.client import RehearsalClient
 
-    return RehearsalClient(args.url.rstrip("/") + "/v1", api_key=args.api_key, timeout=120.0)
+    return RehearsalClient(gateway_root(args.url) + "/v1", api_key=args.api_key, timeout=120.0)
 
 
 def register(subparsers: Any) -> None:

@@ -154,6 +154,11 @@ def check_budget(budget: Budget, caps: BudgetCaps, params: Mapping[str, str]) ->
         fail("top_p", "must be greater than 0 and at most 1")
 
 
+def _asks_for_rehearsal(chosen: Mapping[str, object]) -> bool:
+    value = chosen.get("budget")
+    return isinstance(value, int) and value > 0
+
+
 def resolve_budget(
     body: object = None,
     headers: Mapping[str, str] | None = None,
@@ -166,6 +171,9 @@ def resolve_budget(
     ``body`` is the raw JSON value of the ``rehearsal`` field (``None`` when absent); a ``null``
     knob inside it means "not given". Header names are matched case-insensitively; other headers
     are ignored. Unknown body fields are rejected so that a typo never passes silently.
+
+    A request that sets ``budget`` above 0 but no ``mode`` rehearses in the server's default
+    mode, or in ``parallel`` when that default is ``off``.
     """
     if body is not None and not isinstance(body, Mapping):
         raise BudgetError("rehearsal", "expected an object")
@@ -185,6 +193,9 @@ def resolve_budget(
         if value is not None:
             chosen[key] = _coerce(key, param, value, from_text=False)
             params[key] = param
+    if "mode" not in chosen and defaults.mode == "off" and _asks_for_rehearsal(chosen):
+        # A budget given without a mode means "rehearse": silently doing nothing would be worse.
+        chosen["mode"] = "parallel"
     budget = replace(defaults, **chosen)  # type: ignore[arg-type]
     check_budget(budget, caps, params)
     if budget.budget == 0:

@@ -236,10 +236,12 @@ class EngineClient:
             metrics = await self.http.get(engine.root_url + "/metrics", timeout=timeout)
         except httpx.HTTPError:
             return Probe(healthy=False, models=engine.models)
+        cards = model_cards(models.content) if models.status_code == 200 else ()
         return Probe(
             healthy=True,
             queue_depth=queue_depth(metrics.text) if metrics.status_code == 200 else 0.0,
-            models=model_ids(models.content) if models.status_code == 200 else engine.models,
+            models=model_ids(cards) if models.status_code == 200 else engine.models,
+            cards=cards,
         )
 
 
@@ -255,8 +257,8 @@ def queue_depth(exposition: str) -> float:
     return total
 
 
-def model_ids(body: bytes) -> tuple[str, ...]:
-    """The ids of an OpenAI ``/v1/models`` answer (empty when it is not one)."""
+def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:
+    """The entries of an OpenAI ``/v1/models`` answer that have an id (empty when not one)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -265,5 +267,10 @@ def model_ids(body: bytes) -> tuple[str, ...]:
     if not isinstance(items, list):
         return ()
     return tuple(
-        item["id"] for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)
+        item for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)
     )
+
+
+def model_ids(cards: tuple[dict[str, Any], ...]) -> tuple[str, ...]:
+    """The ids of ``/v1/models`` entries."""
+    return tuple(card["id"] for card in cards)

@@ -24,6 +24,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -41,6 +42,7 @@ class Probe:
     healthy: bool
     queue_depth: float = 0.0
     models: tuple[str, ...] = ()
+    cards: tuple[dict[str, Any], ...] = ()  # the engine's /v1/models entries, as it wrote them
 
 
 @dataclass(eq=False, slots=True)
@@ -54,6 +56,7 @@ class Engine:
     base_url: str = ""  # ends in /v1
     root_url: str = ""  # where /health and /metrics live
     models: tuple[str, ...] = ()
+    cards: tuple[dict[str, Any], ...] = ()
     healthy: bool = False
     in_flight: int = 0
     queue_depth: float = 0.0
@@ -155,6 +158,14 @@ class EnginePool:
     def served_models(self) -> list[str]:
         """Every model name some engine serves, in engine order, without repeats."""
         return list(dict.fromkeys(m for engine in self.engines for m in engine.models))
+
+    def model_card(self, name: str) -> dict[str, Any] | None:
+        """The ``/v1/models`` entry an engine gave for ``name`` (``None`` if none has yet)."""
+        for engine in self.engines:
+            for card in engine.cards:
+                if card.get("id") == name:
+                    return card
+        return None
 
     def resolve_model(self, requested: str | None) -> str | None:
         """The served name for a requested model or alias; ``ModelNotFound`` when neither."""
@@ -260,6 +271,8 @@ class EnginePool:
         engine.queue_depth = probe.queue_depth
         if probe.models and not engine.spec.model:
             engine.models = probe.models
+        if probe.cards:
+            engine.cards = probe.cards
         self.metrics.engine_state(engine.name, healthy=probe.healthy, queue_depth=probe.queue_depth)
 
     async def check_all(self, probe: Callable[[Engine], Awaitable[Probe]]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -20,7 +22,7 @@ from server.http.state import (
     gateway_of,
     tenant_of_request,
 )
-from server.protocol import ModelCard, ModelList
+from server.protocol import ModelCard
 
 router = APIRouter()
 
@@ -76,11 +78,20 @@ async def get_rehearsal(request: Request, rehearsal_id: str) -> Response:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
-    """The engines' served models, then the configured aliases."""
+    """The engines' served models as the engines list them, then the configured aliases.
+
+    An engine's entry is relayed untouched (``max_model_len``, ``root``, ``permission``, …). An
+    alias is a copy of its served model's entry under the alias's ``id``, with ``parent`` naming
+    the served model (vLLM's field for "a name over that model", as for LoRA adapters).
+    """
     pool = gateway_of(request).pool
-    cards = [ModelCard(id=name) for name in pool.served_models()]
-    cards += [ModelCard(id=alias, root=served) for alias, served in pool.aliases.items()]
-    return Response(ModelList(data=cards).model_dump_json(), media_type=JSON)
+    cards: list[dict[str, Any]] = []
+    for name in pool.served_models():
+        cards.append(pool.model_card(name) or ModelCard(id=name, root=name).model_dump())
+    for alias, served in pool.aliases.items():
+        base = pool.model_card(served) or ModelCard(id=served, root=served).model_dump()
+        cards.append({**base, "id": alias, "parent": served})
+    return Response(orjson.dumps({"object": "list", "data": cards}), media_type=JSON)
 
 
 @router.get("/health")

@@ -61,3 +61,33 @@ def test_chat_wrong_key_fails_clearly(stack: Stack) -> None:
     chat = _cli(stack, "chat", "hello", key="wrong-key")
     assert chat.returncode == 1
     assert chat.stderr.startswith("rehearsal-gateway chat: AuthenticationFailed")
+
+
+def test_url_with_or_without_v1(stack: Stack) -> None:
+    """``--url`` takes the gateway's URL as the SDKs do (``…/v1``) as well as without it."""
+    chat = _cli(stack, "chat", stack.world.tasks[6].instruction, "--world", "retail",
+                "--seed", "4", "--no-execute", "--url", stack.gateway.url + "/v1/")  # fmt: skip
+    assert chat.returncode == 0, chat.stderr
+    rehearsal_id = re.search(r"rehearsal (rh_\w+):", chat.stdout)
+    assert rehearsal_id is not None
+    shown = _cli(stack, "trace", rehearsal_id.group(1), "--url", stack.gateway.url + "/v1")
+    assert shown.returncode == 0, shown.stderr
+    assert "committed: get_order(" in shown.stdout
+
+
+def test_trace_into_a_closed_pipe_is_quiet(stack: Stack) -> None:
+    """``trace ID | head`` whose reader is gone leaves no traceback on stderr."""
+    chat = _cli(stack, "chat", stack.world.tasks[6].instruction, "--world", "retail",
+                "--seed", "4", "--no-execute")  # fmt: skip
+    rehearsal_id = re.search(r"rehearsal (rh_\w+):", chat.stdout)
+    assert rehearsal_id is not None
+    argv = cli_argv("trace", rehearsal_id.group(1), "--json", "--url", stack.gateway.url,
+                    "--api-key", API_KEY)  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()  # the reader leaves before the trace is printed
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 141
+    assert stderr == ""

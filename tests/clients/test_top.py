@@ -165,9 +165,10 @@ def _run_once(url: str) -> tuple[int, str]:
     return code, buffer.getvalue()
 
 
-def test_once_renders_a_live_gateway(page: Page) -> None:
-    """--once reads a real /metrics over HTTP, prints one frame and exits 0."""
-    code, output = _run_once(page.url)
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_once_renders_a_live_gateway(page: Page, suffix: str) -> None:
+    """--once reads a real /metrics over HTTP (URL with or without /v1), prints one frame."""
+    code, output = _run_once(page.url + suffix)
     assert code == 0
     assert "real tool call" in output
     assert "engine-1   DOWN" in output

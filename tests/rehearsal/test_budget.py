@@ -56,6 +56,26 @@ def test_budget_zero_turns_rehearsal_off() -> None:
 
 
 @pytest.mark.parametrize(
+    ("body", "headers", "default_mode", "mode"),
+    [
+        pytest.param({"budget": 2}, None, "off", "parallel", id="body-over-off"),
+        pytest.param(None, {"X-Rehearsal-Budget": "3"}, "off", "parallel", id="header-over-off"),
+        pytest.param({"budget": 2}, None, "sequential", "sequential", id="server-default-mode"),
+        pytest.param({"budget": 2, "mode": "off"}, None, "off", "off", id="explicit-off-wins"),
+        pytest.param({"budget": 0}, None, "off", "off", id="zero-stays-off"),
+        pytest.param({"depth": 2}, None, "off", "off", id="other-knobs-do-not-turn-it-on"),
+    ],
+)
+def test_a_budget_alone_turns_rehearsal_on(
+    body: Any, headers: dict[str, str] | None, default_mode: str, mode: str
+) -> None:
+    """A budget > 0 without a mode rehearses: the server's mode, or parallel when that is off."""
+    defaults = Budget(mode=default_mode)  # type: ignore[arg-type]
+    got = resolve_budget(body, headers, defaults=defaults, caps=CAPS)
+    assert got.mode == mode
+
+
+@pytest.mark.parametrize(
     ("body", "headers", "param"),
     [
         pytest.param([], None, "rehearsal", id="body-not-object"),

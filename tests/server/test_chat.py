@@ -190,6 +190,12 @@ def test_alias_and_models_list(stack: dict[str, Proc]) -> None:
     """``/v1/models`` lists the served model and the alias; the alias answers like the model."""
     ids = [model.id for model in sdk(stack["gateway"]).models.list().data]
     assert ids == [TWIN_MODEL, "envace"]
+    engine_card = httpx.get(stack["twin"].url + "/v1/models").json()["data"][0]
+    served, alias = httpx.get(stack["gateway"].url + "/v1/models").json()["data"]
+    # Relayed untouched (max_model_len, root, parent, permission, …); ``created`` is the time of
+    # the engine's answer, which vLLM stamps per request.
+    assert {**served, "created": 0} == {**engine_card, "created": 0}
+    assert alias == {**served, "id": "envace", "parent": TWIN_MODEL}
     kwargs: dict[str, Any] = {"messages": MESSAGES, "tools": TOOLS, "seed": 2}
     by_alias = sdk(stack["gateway"]).chat.completions.create(model="envace", **kwargs)
     direct = sdk(stack["twin"]).chat.completions.create(model=TWIN_MODEL, **kwargs)
