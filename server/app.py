@@ -41,6 +41,7 @@ from server.errors import (
 from server.http.auth import ApiKeyMiddleware, ApiKeyRing
 from server.http.relay import ClientDisconnected
 from server.http.relayed_routes import router as relayed_router
+from server.http.responses_routes import router as responses_router
 from server.http.routes import router
 from server.http.state import (
     CONTENT_STATE_KEY,
@@ -52,6 +53,7 @@ from server.http.state import (
     GatewayState,
 )
 from server.rehearse.feedback import Feedback
+from server.rehearse.responses import ResponsesService
 from server.rehearse.service import RehearsalService
 from server.settings import GatewaySettings
 from server.store.opening import (
@@ -106,6 +108,7 @@ def create_app(settings: GatewaySettings, *, resolver: Resolver = resolve_system
         redoc_url=None,
     )
     app.include_router(router)
+    app.include_router(responses_router)
     app.include_router(relayed_router)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(HTTPException, _http_error)
@@ -172,7 +175,10 @@ async def open_state(
     )
     chat.rehearsal = rehearsal
     chat.feedback = Feedback(store, metrics)
-    state = GatewayState(settings, metrics, keyring, http, pool, engines, chat, store, rehearsal)
+    responses = ResponsesService(chat, rehearsal, chat.feedback)
+    state = GatewayState(
+        settings, metrics, keyring, http, pool, engines, chat, store, rehearsal, responses
+    )
     state.checks.append(EnginesReady(pool))
     state.checks.append(StoreReady(store))
     discovery = EngineDiscovery(

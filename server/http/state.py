@@ -16,6 +16,7 @@ from server.chat.service import ChatService, ReadinessCheck
 from server.engines.client import EngineClient
 from server.engines.pool import EnginePool
 from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY, ApiKeyRing
+from server.rehearse.responses import ResponsesService
 from server.rehearse.service import RehearsalService
 from server.settings import GatewaySettings
 from server.store.backends import RehearsalStore
@@ -42,6 +43,7 @@ class GatewayState:
     chat: ChatService
     store: RehearsalStore
     rehearsal: RehearsalService
+    responses: ResponsesService
     checks: list[ReadinessCheck] = field(default_factory=list)
 
 
