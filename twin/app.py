@@ -1,4 +1,8 @@
-"""The twin's HTTP face: vLLM's OpenAI routes over one TwinEngine, as a Starlette app."""
+"""The twin's HTTP face: vLLM's OpenAI routes over one TwinEngine, as a Starlette app.
+
+Chat completions are the twin's own; the rest of the surface a gateway relays (``/version``,
+``/tokenize``, ``/detokenize``, ``/v1/completions``, ``/v1/responses``) is in ``twin/surface.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,17 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from twin import surface
 from twin.config import MAX_MODEL_LEN, TwinSettings
 from twin.engine import Generation, TwinEngine
+from twin.prompt import render_prompt
 from twin.protocol import ChatRequest, TwinError, parse_request
 from twin.responses import DONE, ChoiceStream, ChunkWriter, completion_body
 from twin.schema import JsonObject
@@ -43,6 +50,18 @@ async def _stream(
     yield DONE
 
 
+def _request_id(http: Request) -> str:
+    """vLLM names a request by the client's ``X-Request-Id``, else a random id of this length."""
+    return http.headers.get("x-request-id") or uuid.uuid4().hex[:16]
+
+
+async def _json_body(http: Request) -> Any:
+    try:
+        return json.loads(await http.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TwinError(f"Invalid JSON body: {exc}") from exc
+
+
 def create_app(settings: TwinSettings) -> Starlette:
     """An app with its own engine, cache and metrics registry (no module state)."""
     engine = TwinEngine(settings)
@@ -58,7 +77,7 @@ def create_app(settings: TwinSettings) -> Starlette:
             generation = engine.prepare(request, body)
         except TwinError as exc:
             return _error(exc)
-        completion_id = f"chatcmpl-{uuid.uuid4().hex[:16]}"  # vLLM's length
+        completion_id = "chatcmpl-" + _request_id(http)
         model = request.model or settings.model_names[0]
         if request.stream:
             return StreamingResponse(
@@ -86,6 +105,70 @@ def create_app(settings: TwinSettings) -> Starlette:
         ]
         return JSONResponse({"object": "list", "data": cards})
 
+    vocab = surface.Vocabulary()
+
+    async def version(_: Request) -> Response:
+        return JSONResponse(surface.version())
+
+    async def tokenize(http: Request) -> Response:
+        try:
+            body = await _json_body(http)
+            rendered = None
+            if isinstance(body, dict) and isinstance(body.get("messages"), list):
+                request = parse_request({**body, "max_tokens": 1}, MAX_MODEL_LEN)
+                messages = [m.model_dump(exclude_none=True) for m in request.messages]
+                tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
+                rendered = render_prompt(messages, tools or None)
+            return JSONResponse(surface.tokenize_body(vocab, body, rendered))
+        except TwinError as exc:
+            return _error(exc)
+
+    async def detokenize(http: Request) -> Response:
+        try:
+            return JSONResponse(surface.detokenize_body(vocab, await _json_body(http)))
+        except TwinError as exc:
+            return _error(exc)
+
+    async def completions(http: Request) -> Response:
+        try:
+            body = await _json_body(http)
+            request, generation = surface.prepare_chat(engine, surface.completion_as_chat(body))
+        except TwinError as exc:
+            return _error(exc)
+        completion_id = "cmpl-" + _request_id(http)
+        model = request.model or settings.model_names[0]
+        if request.stream:
+            stream = surface.completion_stream(engine, request, generation, completion_id, model)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        async for _ in engine.run(generation):
+            pass
+        return JSONResponse(
+            surface.completion_body(completion_id, model, generation, engine.fingerprint)
+        )
+
+    async def responses(http: Request) -> Response:
+        try:
+            body = await _json_body(http)
+            request, generation = surface.prepare_chat(engine, surface.responses_as_chat(body))
+        except TwinError as exc:
+            return _error(exc)
+        model = request.model or settings.model_names[0]
+        if request.stream:
+            stream = surface.response_stream(engine, body, generation, model)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        async for _ in engine.run(generation):
+            pass
+        created = int(time.time())
+        response_id = "resp_" + uuid.uuid4().hex[:16]
+        return JSONResponse(surface.response_object(body, model, response_id, created, generation))
+
+    async def stored_response(http: Request) -> Response:
+        response_id = http.path_params["response_id"]
+        message = f"Response with id '{response_id}' not found."
+        return _error(
+            TwinError(message, param="response_id", status=404, kind="invalid_request_error")
+        )
+
     async def health(_: Request) -> Response:
         return Response(status_code=200)
 
@@ -96,6 +179,12 @@ def create_app(settings: TwinSettings) -> Starlette:
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
+            Route("/v1/responses/{response_id}", stored_response, methods=["GET"]),
+            Route("/tokenize", tokenize, methods=["POST"]),
+            Route("/detokenize", detokenize, methods=["POST"]),
+            Route("/version", version, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
         ]
