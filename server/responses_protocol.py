@@ -44,6 +44,9 @@ RESPONSE_ONLY = frozenset(
 )  # fmt: skip
 
 
+_TYPE_TAGS = frozenset(("str", "int", "float", "bool", "dict", "list", "none"))
+
+
 class ResponsesRequest(BaseModel):
     """The fields of a ``POST /v1/responses`` body the gateway reads (others are kept)."""
 
@@ -74,7 +77,12 @@ def parse_responses_request(body: dict[str, Any]) -> ResponsesRequest:
         return ResponsesRequest.model_validate(body)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
-        param = ".".join(str(part) for part in first["loc"] if not str(part)[:1].isupper())
+        # Pydantic names union members in the location (``str``, ``list[dict[str,any]]``).
+        param = ".".join(
+            str(part)
+            for part in first["loc"]
+            if str(part) not in _TYPE_TAGS and "[" not in str(part)
+        )
         raise InvalidRequest(f"{param}: {first['msg']}", param=param) from None
 
 
