@@ -9,8 +9,8 @@ import httpx
 import openai
 import pytest
 
-from tests.server.rehearsal_support import Stack, running_stack
 from tests.server.conftest import TWIN_MODEL
+from tests.server.rehearsal_support import Stack, running_stack
 
 
 @pytest.fixture(scope="module")
