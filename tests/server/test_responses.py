@@ -31,7 +31,7 @@ def _ask(stack: Stack) -> str:
 
 
 def test_rehearsed_response_has_function_calls_and_the_summary(stack: Stack) -> None:
-    """With a budget, the answer is a response whose function_call was rehearsed (summary, trace)."""
+    """With a budget, the answer is a response whose function_call was rehearsed (summary)."""
     client = stack.sdk()
     response = client.responses.create(
         model=TWIN_MODEL, input=_ask(stack), tools=_tools(stack),
