@@ -25,8 +25,10 @@ def test_help_lists_the_client_commands() -> None:
 def test_chat_one_shot_then_trace(stack: Stack) -> None:
     """chat shows the committed call and the imagined trajectories; trace prints that id."""
     task = stack.world.tasks[6].instruction
+    # select walks every sampled action, so the trace shows the vetoed ones too (anchored, the
+    # default, stops at a clean anchor).
     chat = _cli(stack, "chat", task, "--world", "retail", "--seed", "4", "--show-trace",
-                "--no-execute")  # fmt: skip
+                "--commit", "select", "--no-execute")  # fmt: skip
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout.startswith("committed: get_order(")
     assert "VETO" in chat.stdout or "error" in chat.stdout
