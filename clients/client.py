@@ -74,9 +74,15 @@ class RehearsalSummary(BaseModel):
     commit: str | None = None
     trajectories: int = 0
     distinct_actions: int = 0
-    vetoes: int = 0
+    vetoes: int = 0  # imagined by the simulator
+    checked_vetoes: int = 0  # decided by the gateway's schema check, no imagination spent
     early_exit: bool = False
     chosen_index: int | None = None
+    commit_path: str | None = None  # which decision path committed the turn
+    commit_check: str | None = None  # ok | schema_invalid | unchecked
+    committed_rehearsed: bool | None = None
+    trust: dict[str, str] = Field(default_factory=dict)  # tool -> trust policy
+    engine_calls: int = 0
     degraded: str | None = None
     latency_ms: LatencySplit = Field(default_factory=LatencySplit)
     tokens: dict[str, dict[str, int]] = Field(default_factory=dict)

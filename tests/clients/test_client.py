@@ -67,7 +67,10 @@ def test_sync_rehearsal_summary_and_trace(stack: Stack) -> None:
         assert isinstance(rehearsed, RehearsalSummary)
         assert (rehearsed.mode, rehearsed.budget, rehearsed.commit) == ("parallel", 4, "select")
         assert rehearsed.trajectories >= 2
-        assert rehearsed.vetoes >= 1
+        assert rehearsed.vetoes + rehearsed.checked_vetoes >= 1
+        assert rehearsed.commit_path in ("selected", "reflected", "reflect_fallback", "least_bad")
+        assert rehearsed.commit_check == "ok"
+        assert rehearsed.engine_calls >= 2
         assert rehearsed.trace is not None
         assert len(rehearsed.trace) == rehearsed.trajectories
         assert rehearsed.latency_ms.total > 0

@@ -8,7 +8,9 @@ call: pydantic-ai's Responses and chat models; LangChain's ``ChatOpenAI`` with `
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +27,17 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _collect_their_sockets() -> Iterator[None]:
+    """Collect what the frameworks leaked while this module's filters still apply.
+
+    Left to the garbage collector, their unclosed sockets surface as unraisable warnings in
+    whichever later test happens to trigger a collection, and fail that test instead.
+    """
+    yield
+    gc.collect()
 
 
 def _ask(stack: Stack) -> str:
