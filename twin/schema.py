@@ -1,8 +1,15 @@
 """Just enough JSON Schema for tool calls: validate arguments, synthesise arguments and results.
 
 The twin validates a call the way EnvACE's simulator was trained to (unknown tool, missing
-required argument, wrong type, value outside an enum) and, for tools that belong to no world,
-invents schema-consistent arguments and results from a seeded ``random.Random``.
+required argument, wrong type, value outside an enum, an argument the schema does not declare)
+and, for tools that belong to no world, invents schema-consistent arguments and results from a
+seeded ``random.Random``.
+
+Undeclared arguments: an object schema that lists ``properties`` declares its arguments, and one
+it does not list is refused unless ``additionalProperties`` is ``true`` (or a schema the value
+must then satisfy). JSON Schema itself allows extra keys by default; the twin's worlds are real
+tools with fixed parameters, which refuse them, as EnvACE's simulator instruction does ("no
+fields the schema does not define"). A schema without ``properties`` accepts any keys.
 """
 
 from __future__ import annotations
@@ -84,15 +91,33 @@ def check_value(value: Any, schema: JsonObject, path: str) -> str | None:
     return None
 
 
+def _extra_schema(schema: JsonObject) -> JsonObject | None:
+    """What an undeclared key must satisfy: ``{}`` (anything), a schema, or None (refused)."""
+    if not isinstance(schema.get("properties"), dict):
+        return {}  # no properties listed: the keys are not declared, so none is undeclared
+    extra = schema.get("additionalProperties", False)
+    if extra is True:
+        return {}
+    return extra if isinstance(extra, dict) else None
+
+
 def check_object(value: JsonObject, schema: JsonObject, path: str = "arguments") -> str | None:
-    """The first problem with an object's required keys and known properties."""
+    """The first problem with an object's required keys, known and undeclared properties."""
     for key in _names(schema.get("required")):
         if key not in value:
             return f"missing required argument '{key}'"
     properties = _mapping(schema.get("properties"))
+    extra = _extra_schema(schema)
     for key, item in value.items():
-        if isinstance(properties.get(key), dict):
-            problem = check_value(item, properties[key], key if path == "arguments" else path)
+        where = key if path == "arguments" else path
+        if key in properties:
+            sub = properties[key]
+        elif extra is None:
+            return f"unexpected argument '{key}'" + ("" if path == "arguments" else f" in {path}")
+        else:
+            sub = extra
+        if isinstance(sub, dict):
+            problem = check_value(item, sub, where)
             if problem:
                 return problem
     return None
