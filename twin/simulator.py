@@ -2,10 +2,19 @@
 
 Recognised as docs/formats.md says: a user message that starts with ``Candidate tools (whitelist
 for this sample):``. The twin replays the history's tool calls on a fresh copy of the world state,
-validates the call (vetoes with EnvACE codes), runs the tool, and with probability ``fidelity``
-returns the true result, otherwise a plausible wrong one. Section parsing is lenient about case,
-spacing and label wording, but a prompt whose sections cannot be found or read raises
-``MalformedRehearsal`` (a 400 upstream), never anything else.
+validates the call, runs the tool, and imagines like a world model that drifts: with probability
+``fidelity`` it is right (the EnvACE veto for a schema-invalid call, the true result for a valid
+one), otherwise it is plausibly wrong (a schema violation it misses, imagined as the tool running
+anyway; a changed field, a spurious error or a success where the world would refuse).
+
+Grounding: the prompt's few-shot section carries real results the gateway saw earlier. ``k``
+examples of the same tool raise the fidelity for that call to ``1 - (1 - fidelity) * 0.5**k``;
+and when one of them has exactly the call's arguments, an imagination that would have drifted
+reproduces that real result instead, with probability ``COPY_EXACT`` (it may be stale: the world
+may have changed since, and a copying model does not notice).
+
+Section parsing is lenient about case, spacing and label wording, but a prompt whose sections
+cannot be found or read raises ``MalformedRehearsal`` (a 400 upstream), never anything else.
 """
 
 from __future__ import annotations
@@ -19,8 +28,8 @@ from typing import Any
 
 from twin.schema import JsonObject, synthesise, validate_call
 from twin.turn import Draft
-from twin.worlds import World, world_for_tools
-from twin.worlds.base import Call
+from twin.worlds import State, ToolError, World, world_for_tools
+from twin.worlds.base import Call, canonical_json
 
 LABELS = (
     ("tools", r"candidate\s+tools[^\n:]*:"),
@@ -37,10 +46,32 @@ _FIELDS = (
 _BLOCK = re.compile(r"^(User|Assistant|Tool\[([^\]\n]*)\]):[ \t]?", re.MULTILINE | re.IGNORECASE)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _STATUSES = ("pending", "active", "cancelled", "delivered", "blocked", "completed", "failed")
+_EXAMPLE = re.compile(
+    r"tool\s+name\s*:\s*\n(?P<name>[^\n]*)\n\s*tool\s+arguments\s*:\s*\n(?P<arguments>.*?)\n"
+    r"\s*tool\s+execution\s+result\s*:[ \t]*\n?(?P<result>.*?)(?=\n\s*tool\s+name\s*:|\Z)",
+    re.IGNORECASE | re.DOTALL,
+)
+GROUNDING_FACTOR = 0.5  # each real example of the tool halves the chance of drifting
+COPY_EXACT = 0.75  # a drift with an exact-arguments example copies that real result this often
+# A handler assumes schema-valid arguments; run on invalid ones it fails in these ways.
+_HANDLER_FAILURES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 
 class MalformedRehearsal(ValueError):
     """The rehearsal prompt's sections are missing or unreadable."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One few-shot pair: a real call the gateway saw and the result the real tool returned."""
+
+    name: str
+    arguments: Any
+    result: Any
+
+    @property
+    def signature(self) -> str:
+        return f"{self.name} {canonical_json(self.arguments)}"
 
 
 @dataclass(frozen=True)
@@ -53,6 +84,12 @@ class RehearsalPrompt:
     name: str
     schema: JsonObject
     arguments_text: str
+    examples: tuple[Example, ...] = ()
+
+
+def grounded_fidelity(fidelity: float, examples: int) -> float:
+    """The fidelity for a call whose prompt shows ``examples`` real results of the same tool."""
+    return 1.0 - (1.0 - fidelity) * GROUNDING_FACTOR**examples
 
 
 def is_rehearsal(text: str) -> bool:
@@ -115,6 +152,24 @@ def _history(text: str) -> tuple[str, tuple[Call, ...]]:
     return first_user, tuple(calls)
 
 
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _examples(text: str) -> tuple[Example, ...]:
+    """The few-shot pairs (none for ``<unavailable>``); a pair that does not read is skipped."""
+    found: list[Example] = []
+    for match in _EXAMPLE.finditer(text):
+        name = match.group("name").strip()
+        arguments = _json_or_text(match.group("arguments").strip())
+        if name and isinstance(arguments, dict):
+            found.append(Example(name, arguments, _json_or_text(match.group("result").strip())))
+    return tuple(found)
+
+
 def parse_prompt(text: str) -> RehearsalPrompt:
     """Parse the six-section simulator prompt (the ``/think`` suffix is optional)."""
     text = re.sub(r"\s*/think\s*$", "", text.strip())
@@ -134,6 +189,7 @@ def parse_prompt(text: str) -> RehearsalPrompt:
         name=fields["name"].strip().strip("`\"'"),
         schema=schema,
         arguments_text=fields["arguments"],
+        examples=_examples(sections["few_shot"]),
     )
 
 
@@ -162,6 +218,14 @@ def _perturb(result: Any, rng: random.Random) -> Any:
     return wrong
 
 
+def _replayed(prompt: RehearsalPrompt, world: World) -> State:
+    """A fresh copy of the world's state with the history's tool calls replayed on it."""
+    state = world.new_state()
+    for call in prompt.history_calls:
+        world.call(state, call.name, call.arguments)
+    return state
+
+
 class Simulator:
     """Imagines one tool result for a parsed rehearsal prompt."""
 
@@ -170,29 +234,73 @@ class Simulator:
         self.fidelity = fidelity
 
     def imagine(self, prompt: RehearsalPrompt, rng: random.Random) -> tuple[str, Any]:
-        """Thinking text and the JSON observation (a veto, a result or a wrong result)."""
+        """Thinking text and the JSON observation (a veto, a result or a wrong one)."""
         arguments: Any = None
         with contextlib.suppress(json.JSONDecodeError):
             arguments = json.loads(prompt.arguments_text) if prompt.arguments_text else {}
         tools = dict(prompt.tools)
         if prompt.name in tools and not tools[prompt.name]:
             tools[prompt.name] = prompt.schema
+        seen = [e for e in prompt.examples if e.name == prompt.name]
+        fidelity = grounded_fidelity(self.fidelity, len(seen))
+        world = world_for_tools(self.worlds, tools)
+        if world is not None and prompt.name not in world.tools:
+            world = None
         violation = validate_call(prompt.name, arguments, tools)
         if violation is not None:
-            return f"The call fails validation: {violation.message}.", violation.as_veto()
-        world = world_for_tools(self.worlds, tools)
-        if world is not None and prompt.name in world.tools:
-            state = world.new_state()
-            for call in prompt.history_calls:
-                world.call(state, call.name, call.arguments)
-            truth = world.call(state, prompt.name, arguments)
+            if rng.random() < fidelity:
+                return f"The call fails validation: {violation.message}.", violation.as_veto()
+            copied = self._copied(seen, prompt.name, arguments, rng)
+            if copied is not None:
+                return copied
+            return f"The arguments look acceptable; running {prompt.name}.", self._missed(
+                prompt, world, arguments, rng
+            )
+        if world is not None:
+            truth = world.call(_replayed(prompt, world), prompt.name, arguments)
         else:
             truth = self._synthesised(prompt, arguments, rng)
-        if rng.random() < self.fidelity:
+        if rng.random() < fidelity:
             return f"Running {prompt.name} on the current state gives its usual result.", truth
+        copied = self._copied(seen, prompt.name, arguments, rng)
+        if copied is not None:
+            return copied
         return f"Simulating {prompt.name}; the record looks slightly different.", _perturb(
             truth, rng
         )
+
+    @staticmethod
+    def _copied(
+        seen: list[Example], name: str, arguments: Any, rng: random.Random
+    ) -> tuple[str, Any] | None:
+        """A drifting imagination copying a real result shown for exactly these arguments."""
+        if not isinstance(arguments, dict):
+            return None
+        signature = f"{name} {canonical_json(arguments)}"
+        exact = next((e for e in seen if e.signature == signature), None)
+        if exact is None or not isinstance(exact.result, dict | list) or not exact.result:
+            return None
+        if rng.random() >= COPY_EXACT:
+            return None
+        return f"An earlier real call of {name} with these arguments returned this.", exact.result
+
+    def _missed(
+        self, prompt: RehearsalPrompt, world: World | None, arguments: Any, rng: random.Random
+    ) -> Any:
+        """A schema violation the imagination misses: the tool imagined running anyway.
+
+        A world tool runs on the replayed state with the arguments as they are (its own error,
+        if it finds one, stands); where its handler cannot run on them, and for tools of no
+        world, the result is a generic success.
+        """
+        if world is not None and isinstance(arguments, dict):
+            try:
+                return world.tools[prompt.name].handler(_replayed(prompt, world), arguments)
+            except ToolError as exc:
+                return {"error": str(exc)}
+            except _HANDLER_FAILURES:
+                pass
+        return self._synthesised(prompt, arguments if isinstance(arguments, dict) else {}, rng)
 
     @staticmethod
     def _synthesised(prompt: RehearsalPrompt, arguments: JsonObject, rng: random.Random) -> Any:

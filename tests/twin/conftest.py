@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -49,8 +49,10 @@ def rehearsal_text(
     arguments: Any,
     *,
     schema: dict[str, Any] | None = None,
+    examples: Sequence[tuple[str, Any, Any]] = (),
 ) -> str:
-    """The six-section rehearsal user message, laid out as docs/formats.md pins it."""
+    """The six-section rehearsal user message, laid out as docs/formats.md pins it; ``examples``
+    are few-shot (name, arguments, real result) triples."""
     if schema is None:
         schema = next(
             (t["function"]["parameters"] for t in tools if t["function"]["name"] == name), {}
@@ -59,7 +61,7 @@ def rehearsal_text(
     sections = [
         "Candidate tools (whitelist for this sample):\n"
         + json.dumps(tools, ensure_ascii=True, indent=0),
-        "Previous tool calls and results (few-shot): <unavailable>",
+        few_shot_text(examples),
         f"Current conversation history:\n{history}",
         "RL model's latest response:\n<think>\nthinking\n</think>\n\n<tool_call>\n{}\n</tool_call>",
         "Current tool to simulate:\n"
@@ -68,6 +70,19 @@ def rehearsal_text(
         f"- arguments (JSON, parsed from caller's tool_call):\n{args_text}",
     ]
     return "\n\n".join(sections) + "\n\n/think"
+
+
+def few_shot_text(examples: Sequence[tuple[str, Any, Any]]) -> str:
+    """Section 2: one ``Tool name / Tool arguments / Tool execution result`` block per pair."""
+    if not examples:
+        return "Previous tool calls and results (few-shot): <unavailable>"
+    lines = ["Previous tool calls and results (few-shot):"]
+    for name, arguments, result in examples:
+        lines.append(
+            f"Tool name:\n{name}\nTool arguments:\n{json.dumps(arguments, indent=0)}\n"
+            f"Tool execution result:\n{json.dumps(result, indent=0)}\n"
+        )
+    return "\n".join(lines)
 
 
 def rehearsal_request(text: str, **extra: Any) -> dict[str, Any]:
