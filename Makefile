@@ -43,11 +43,12 @@ demo: install
 	$(PY) -m clients.cli demo $(DEMO_ARGS)
 
 ## Benchmarks, not tests: gateway overhead vs. the twin (same run, interleaved rounds), what
-## rehearsal costs and buys, gateway CPU per request and Redis bytes per session
-## (docs/benchmarks.md, docs/deploy.md).
+## rehearsal costs and buys, whether its decisions help or harm across imagination fidelity,
+## gateway CPU per request and Redis bytes per session (docs/benchmarks.md, docs/deploy.md).
 bench: install
 	$(PY) -m benchmarks.overhead
 	$(PY) -m benchmarks.rehearsal
+	$(PY) -m benchmarks.decisions
 	$(PY) -m benchmarks.gateway_cpu
 	bash -c 'source scripts/redis.sh && ensure_redis && trap stop_redis_if_started EXIT && $(PY) -m benchmarks.redis_memory'
 

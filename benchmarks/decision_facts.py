@@ -1,0 +1,157 @@
+"""What one committed turn shows about the gateway's decision, read from the response alone.
+
+``TurnFacts.read`` takes a chat completion the gateway returned (with ``rehearsal.trace: true``)
+and the ``SchemaCheck`` of the world whose tools were offered, and says:
+
+- how many committed calls break the tool's JSON Schema, checked with the ``jsonschema`` library
+  the way the world's tools enforce it (an object schema that lists ``properties`` refuses keys
+  it does not list, docs/twin.md), and whether a schema-valid *rehearsed* candidate existed;
+- whether the committed action was never rehearsed: the summary's ``committed_rehearsed`` when
+  the gateway reports it (not counting early exits and the ``trust_off`` path), else worked out
+  from the trace (the committed calls are no trajectory's first action, and no early exit);
+- the trust fields when present: ``engine_calls``, ``commit_path``, ``commit_check``,
+  ``checked_vetoes`` and whether any tool's ``trust.policy`` says imagination is not trusted.
+
+A field the gateway does not report reads ``None``, which the tables print as ``n/a``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from twin.worlds import World
+from twin.worlds.base import canonical_json
+
+LOW_TRUST = ("ignore_vetoes", "off")
+
+
+def enforced(schema: Any) -> Any:
+    """``schema`` with ``additionalProperties: false`` wherever an object lists its properties
+    and says nothing about extra keys: what the world's tools enforce."""
+    if isinstance(schema, list):
+        return [enforced(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: enforced(value) for key, value in schema.items()}
+    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
+
+
+class SchemaCheck:
+    """A world's tool schemas as ``jsonschema`` validators, built once."""
+
+    def __init__(self, world: World) -> None:
+        self.validators = {
+            name: Draft202012Validator(enforced(tool.parameters))
+            for name, tool in world.tools.items()
+        }
+
+    def valid(self, name: str, arguments: Any) -> bool:
+        """Whether a call (``arguments`` as JSON text or parsed) conforms to its tool's schema."""
+        validator = self.validators.get(name)
+        if validator is None:
+            return False
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except json.JSONDecodeError:
+                return False
+        return bool(validator.is_valid(arguments))
+
+
+def _signature(calls: list[tuple[str, Any]]) -> str:
+    parsed = []
+    for name, arguments in calls:
+        try:
+            value = json.loads(arguments or "{}") if isinstance(arguments, str) else arguments
+        except json.JSONDecodeError:
+            value = arguments
+        parsed.append(f"{name} {canonical_json(value)}")
+    return "\n".join(parsed)
+
+
+def _first_calls(trajectory: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    steps = trajectory.get("steps") or [{}]
+    turn = steps[0].get("turn") or {}
+    return [(c.get("name", ""), c.get("arguments")) for c in turn.get("tool_calls") or []]
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class TurnFacts:
+    """One committed turn, judged from the response."""
+
+    calls: int  # committed tool calls
+    schema_invalid: int  # of those, schema-invalid
+    invalid_with_valid: bool | None  # an invalid commit while a valid rehearsed candidate existed
+    never_rehearsed: bool | None  # a committed action that was never rehearsed
+    rehearsed: bool  # the response carries a rehearsal summary
+    degraded: str | None = None
+    engine_calls: int | None = None
+    commit_path: str | None = None
+    commit_check: str | None = None
+    checked_vetoes: int | None = None
+    low_trust: bool | None = None
+    rehearsal_id: str | None = None
+
+    @classmethod
+    def read(cls, check: SchemaCheck, completion: Any) -> TurnFacts:
+        message = completion.choices[0].message
+        committed = [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
+        invalid = sum(not check.valid(name, args) for name, args in committed)
+        raw = (completion.model_extra or {}).get("rehearsal")
+        if not isinstance(raw, dict):
+            return cls(calls=len(committed), schema_invalid=invalid, invalid_with_valid=None,
+                       never_rehearsed=None, rehearsed=False)  # fmt: skip
+        trace = raw.get("trace")
+        trajectories = trace if isinstance(trace, list) else None
+        with_valid: bool | None = None
+        if trajectories is not None:
+            valid = any(
+                (calls := _first_calls(t)) and all(check.valid(*c) for c in calls)
+                for t in trajectories
+            )
+            with_valid = bool(invalid and valid)
+        trust = raw.get("trust")
+        low = None
+        if isinstance(trust, dict):
+            low = any(isinstance(v, dict) and v.get("policy") in LOW_TRUST for v in trust.values())
+        return cls(
+            calls=len(committed),
+            schema_invalid=invalid,
+            invalid_with_valid=with_valid,
+            never_rehearsed=_never_rehearsed(raw, committed, trajectories),
+            rehearsed=True,
+            degraded=raw.get("degraded"),
+            engine_calls=_int(raw.get("engine_calls")),
+            commit_path=raw.get("commit_path"),
+            commit_check=raw.get("commit_check"),
+            checked_vetoes=_int(raw.get("checked_vetoes")),
+            low_trust=low,
+            rehearsal_id=raw.get("id"),
+        )
+
+
+def _never_rehearsed(
+    raw: Mapping[str, Any],
+    committed: list[tuple[str, Any]],
+    trajectories: list[Any] | None,
+) -> bool | None:
+    if not committed or raw.get("early_exit") or raw.get("commit_path") == "trust_off":
+        return False
+    reported = raw.get("committed_rehearsed")
+    if isinstance(reported, bool):
+        return not reported
+    if trajectories is None:
+        return None
+    tried = {_signature(_first_calls(t)) for t in trajectories if isinstance(t, dict)}
+    return _signature(committed) not in tried

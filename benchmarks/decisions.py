@@ -1,0 +1,356 @@
+"""Does rehearsal make an agent better or worse? The gateway's decisions across fidelity.
+
+One real gateway (``rehearsal-gateway serve``, in-process store) in front of one engine twin per
+fidelity × skill — fidelity 1.0, 0.8, 0.5, 0.3, 0.0 × skill 0.5, 0.8, each twin serving a model
+name of its own that the gateway routes to — and the example agent (clients/agent.py) working
+through every task of the airline, retail and bank worlds, executing each committed call on the
+real world and sending the result back. Per twin: rehearsal off, and parallel and sequential
+K = 4 under each commit policy (``select``, ``reflect``, and ``anchored`` when the gateway accepts
+it: a probe request with ``commit: "anchored"`` gets 200, not 400), with ``trace: true``.
+
+Each configuration is one tenant (its own API key), so memory, grounding and trust never mix;
+its episodes run one after another in a fixed order (seed, world, task) so what it learns builds
+up as in a deployment and a rerun repeats the same outcomes; configurations run concurrently.
+Every rehearsed configuration is paired with rehearsal off on the same twin, task and seed.
+
+Per cell (means over seeds unless said): tasks succeeded; real tool errors; never-rehearsed
+commits; schema-invalid commits (``jsonschema``, as the tools enforce them) and, in brackets,
+those made while a schema-valid rehearsed candidate existed; tasks worse / better than off
+(counted over task × seed pairs); engine calls per turn (``n/a`` where the gateway does not
+report them). Then, at fidelity 0.0, engine calls per turn in the first and last third of each
+run and the first turn at which the gateway reports low trust (a tool's ``trust.policy`` of
+``ignore_vetoes`` or ``off``) — fields the gateway may not report yet, printed ``n/a``.
+
+    python -m benchmarks.decisions [--seeds 3] [--json PATH] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.decision_facts import SchemaCheck, TurnFacts  # noqa: E402
+from benchmarks.decision_report import report  # noqa: E402
+from benchmarks.rehearsal import world_request  # noqa: E402
+from clients.agent import ExampleAgent, ToolLatency  # noqa: E402
+from clients.client import AsyncRehearsalClient, GatewayError, Rehearsal  # noqa: E402
+from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
+from twin.worlds import WORLD_NAMES, World, load_world  # noqa: E402
+
+K = 4
+POLICIES = ("select", "reflect")
+NEW_POLICY = "anchored"  # used once the gateway accepts it
+# Far beyond any turn here: a busy 2-core machine must not turn outcomes into deadline hits.
+DEADLINE_MS = 120_000
+PROBE_KEY = "decisions-probe"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What to run: twins (fidelity × skill), worlds, tasks per world, seeds, turn limit."""
+
+    fidelities: tuple[float, ...] = (1.0, 0.8, 0.5, 0.3, 0.0)
+    skills: tuple[float, ...] = (0.5, 0.8)
+    worlds: tuple[str, ...] = WORLD_NAMES
+    tasks: int = 12
+    seeds: tuple[int, ...] = (0, 1, 2)
+    max_turns: int = 12
+
+    @classmethod
+    def quick(cls) -> Grid:
+        """A tiny grid for the test that keeps the benchmark running."""
+        return cls(fidelities=(1.0, 0.0), skills=(0.5,), worlds=("retail",), tasks=3, seeds=(0,))
+
+
+@dataclass(frozen=True)
+class Twin:
+    fidelity: float
+    skill: float
+
+    @property
+    def model(self) -> str:
+        return f"twin-f{self.fidelity:.1f}-s{self.skill:.1f}"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One tenant's run: a twin, a mode and (rehearsed) a commit policy."""
+
+    twin: Twin
+    mode: str  # off | parallel | sequential
+    commit: str | None = None
+
+    @property
+    def name(self) -> str:
+        return "off" if self.commit is None else f"{self.mode} {self.commit}"
+
+    @property
+    def key(self) -> str:
+        return f"decisions-{self.twin.model}-{self.mode}-{self.commit or 'none'}"
+
+    def rehearsal(self) -> Rehearsal:
+        if self.commit is None:
+            return Rehearsal(mode="off")
+        return Rehearsal(
+            mode=self.mode,  # type: ignore[arg-type]
+            budget=K,
+            commit=self.commit,  # type: ignore[arg-type]
+            deadline_ms=DEADLINE_MS,
+            trace=True,
+        )
+
+
+@dataclass
+class Episode:
+    """One task of one configuration: the agent's outcome and what its turns showed."""
+
+    seed: int
+    world: str
+    task: str
+    success: bool = False
+    tool_errors: int = 0
+    real_calls: int = 0
+    failed: str | None = None  # a request the gateway did not answer
+    turns: list[TurnFacts] = field(default_factory=list)
+
+
+class RecordingClient(AsyncRehearsalClient):
+    """The client the example agent uses, keeping every completion it returned."""
+
+    def __init__(self, base_url: str, api_key: str) -> None:
+        super().__init__(base_url, api_key=api_key, timeout=600.0)
+        self.completions: list[Any] = []
+
+    async def create(self, *, rehearsal: Any = None, **kwargs: Any) -> Any:
+        completion = await super().create(rehearsal=rehearsal, **kwargs)
+        self.completions.append(completion)
+        return completion
+
+
+@dataclass
+class Progress:
+    total: int
+    done: int = 0
+    began: float = field(default_factory=time.perf_counter)
+
+    async def ticker(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            self.show()
+
+    def show(self) -> None:
+        elapsed = time.perf_counter() - self.began
+        print(f"  … {self.done}/{self.total} episodes, {elapsed:.0f} s", flush=True)
+
+
+async def _engine_calls(client: RecordingClient, facts: TurnFacts) -> TurnFacts:
+    """Engine calls of a turn from its stored trace, where the summary does not report them."""
+    if facts.engine_calls is not None or facts.rehearsal_id is None:
+        return facts
+    try:
+        trace = await client.trace(facts.rehearsal_id)
+    except GatewayError:
+        return facts
+    calls = trace.get("engine_calls")
+    if not isinstance(calls, dict):
+        return facts
+    return replace(facts, engine_calls=sum(v for v in calls.values() if isinstance(v, int)))
+
+
+async def run_config(
+    config: Config, url: str, grid: Grid, worlds: list[World], progress: Progress
+) -> list[Episode]:
+    """Every (seed, world, task) of one configuration, in order, under its own API key."""
+    client = RecordingClient(url + "/v1", config.key)
+    checks = {world.name: SchemaCheck(world) for world in worlds}
+    traced = config.commit is not None and config.twin.fidelity == 0.0  # the trust section
+    episodes: list[Episode] = []
+    try:
+        for seed in grid.seeds:
+            for world in worlds:
+                agent = ExampleAgent(
+                    client, world, model=config.twin.model, rehearsal=config.rehearsal(),
+                    latency=ToolLatency(0.0, 0.0), max_turns=grid.max_turns, seed=seed,
+                )  # fmt: skip
+                for task in world.tasks[: grid.tasks]:
+                    episode = Episode(seed, world.name, task.id)
+                    client.completions.clear()
+                    try:
+                        ran = await agent.run(task, session_id=f"{config.key}-{seed}-{task.id}")
+                    except GatewayError as exc:
+                        episode.failed = f"{type(exc).__name__}: {exc}"
+                    else:
+                        episode.success = ran.success
+                        episode.tool_errors = ran.tool_errors
+                        episode.real_calls = ran.real_calls
+                    for completion in client.completions:
+                        facts = TurnFacts.read(checks[world.name], completion)
+                        episode.turns.append(
+                            await _engine_calls(client, facts) if traced else facts
+                        )
+                    episodes.append(episode)
+                    progress.done += 1
+    finally:
+        await client.close()
+    return episodes
+
+
+async def run_all(
+    configs: list[Config], url: str, grid: Grid, worlds: list[World]
+) -> dict[Config, list[Episode]]:
+    progress = Progress(total=len(configs) * len(grid.seeds) * len(worlds) * grid.tasks)
+    ticker = asyncio.create_task(progress.ticker(15.0))
+    try:
+        runs = await asyncio.gather(*(run_config(c, url, grid, worlds, progress) for c in configs))
+    finally:
+        ticker.cancel()
+    progress.show()
+    return dict(zip(configs, runs, strict=True))
+
+
+def start_twins(twins: list[Twin], workdir: Path) -> dict[Twin, Proc]:
+    """One zero-latency twin per fidelity × skill, started side by side."""
+
+    def start(twin: Twin) -> Proc:
+        port = free_port()
+        argv = cli_argv(
+            "twin", "--port", str(port), "--world", "auto", "--latency", "zero", "--seed", "1",
+            "--skill", str(twin.skill), "--fidelity", str(twin.fidelity),
+            "--served-model-name", twin.model,
+        )  # fmt: skip
+        return start_http_server(argv, port=port, log_path=workdir / f"{twin.model}.log")
+
+    with ThreadPoolExecutor(max_workers=len(twins)) as pool:
+        return dict(zip(twins, pool.map(start, twins), strict=True))
+
+
+def start_gateway(twins: dict[Twin, Proc], keys: list[str], workdir: Path) -> Proc:
+    """The gateway, one engine per twin (routed by model name), one API key per tenant."""
+    port = free_port()
+    engines: list[str] = []
+    for i, (twin, proc) in enumerate(twins.items()):
+        engines += ["--engine", f"{proc.url}/v1,name=twin{i},model={twin.model}"]
+    return start_http_server(
+        cli_argv("serve", "--port", str(port), "--log-level", "warning", *engines),
+        port=port,
+        log_path=workdir / "gateway.log",
+        ready_path="/ready",
+        env={"RGW_API_KEYS": ",".join(keys)},
+    )
+
+
+def accepts_policy(url: str, twin: Twin, policy: str) -> bool:
+    """Whether the gateway takes ``commit: policy`` (200) or refuses it (400)."""
+    world = load_world("retail")
+    body = world_request(world, 0, 0, {"mode": "parallel", "budget": 1, "commit": policy})
+    body["model"] = twin.model
+    answer = httpx.post(
+        url + "/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {PROBE_KEY}"},
+        timeout=60,
+    )
+    if answer.status_code not in (200, 400):
+        raise RuntimeError(f"probe for commit={policy}: HTTP {answer.status_code} {answer.text}")
+    return answer.status_code == 200
+
+
+def configurations(grid: Grid, policies: tuple[str, ...]) -> list[Config]:
+    configs: list[Config] = []
+    for fidelity in grid.fidelities:
+        for skill in grid.skills:
+            twin = Twin(fidelity, skill)
+            configs.append(Config(twin, "off"))
+            configs += [Config(twin, m, p) for m in ("parallel", "sequential") for p in policies]
+    return configs
+
+
+def _grid(args: argparse.Namespace) -> Grid:
+    grid = Grid.quick() if args.quick else Grid(seeds=tuple(range(args.seeds)))
+    changes: dict[str, Any] = {}
+    for name in ("fidelities", "skills"):
+        if getattr(args, name):
+            changes[name] = tuple(float(v) for v in getattr(args, name).split(","))
+    if args.worlds:
+        changes["worlds"] = tuple(w.strip() for w in args.worlds.split(","))
+    if args.tasks:
+        changes["tasks"] = args.tasks
+    return replace(grid, **changes)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per task (paired across runs)")
+    parser.add_argument("--quick", action="store_true", help="a tiny grid (the test uses it)")
+    parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    parser.add_argument("--fidelities", help="comma-separated, instead of the full sweep")
+    parser.add_argument("--skills", help="comma-separated, instead of 0.5,0.8")
+    parser.add_argument("--worlds", help="comma-separated, instead of all three")
+    parser.add_argument("--tasks", type=int, help="tasks per world, instead of all 12")
+    args = parser.parse_args(argv)
+    grid = _grid(args)
+    worlds = [load_world(name) for name in grid.worlds]
+    twins = [Twin(f, s) for f in grid.fidelities for s in grid.skills]
+    every = configurations(grid, (*POLICIES, NEW_POLICY))
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rgw-decisions-") as tmp:
+        procs: dict[Twin, Proc] = {}
+        gateway: Proc | None = None
+        try:
+            procs = start_twins(twins, Path(tmp))
+            gateway = start_gateway(procs, [PROBE_KEY, *(c.key for c in every)], Path(tmp))
+            anchored = accepts_policy(gateway.url, twins[0], NEW_POLICY)
+            policies = (*POLICIES, NEW_POLICY) if anchored else POLICIES
+            configs = configurations(grid, policies)
+            print(f"{len(twins)} twins (SIMULATIONS of vLLM + EnvACE, latency zero), one gateway; "
+                  f"{len(configs)} configurations × {len(grid.seeds)} seeds × "
+                  f"{len(worlds) * grid.tasks} tasks; commit policies: {', '.join(policies)}"
+                  + ("" if anchored else f" ('{NEW_POLICY}' refused: not on this gateway yet)"),
+                  flush=True)  # fmt: skip
+            started = time.perf_counter()
+            results = asyncio.run(run_all(configs, gateway.url, grid, worlds))
+            run_s = time.perf_counter() - started
+            cpu = {
+                "gateway": _cpu_s(gateway.popen.pid),
+                "twins": sum(_cpu_s(p.popen.pid) for p in procs.values()),
+                "benchmark": time.process_time(),
+            }
+        finally:
+            for proc in [*([gateway] if gateway else []), *procs.values()]:
+                proc.stop()
+    document = report(results, grid_seeds=len(grid.seeds), run_s=run_s)
+    document["grid"] = {
+        "fidelities": grid.fidelities, "skills": grid.skills, "worlds": grid.worlds,
+        "tasks_per_world": grid.tasks, "seeds": grid.seeds, "max_turns": grid.max_turns,
+        "budget": K, "policies": policies, "anchored_available": anchored,
+    }  # fmt: skip
+    document["wall_s"] = round(time.perf_counter() - began, 1)
+    document["cpu_s"] = {name: round(value, 1) for name, value in cpu.items()}
+    print(f"\nwall time {document['wall_s']} s (episodes {run_s:.0f} s); CPU seconds: "
+          + ", ".join(f"{name} {value:.0f}" for name, value in cpu.items()))  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(document, indent=1) + "\n")
+    return 1 if document["failed_requests"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""What the decisions benchmark reads from one response: schema checks, rehearsed or not, trust."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from openai.types.chat import ChatCompletion
+
+from benchmarks.decision_facts import SchemaCheck, TurnFacts, enforced
+from twin.worlds import load_world
+
+RETAIL = SchemaCheck(load_world("retail"))
+GET = ("get_order", {"order_id": "W1001"})
+CANCEL = ("cancel_order", {"order_id": "W1001", "reason": "no_longer_needed"})
+CANCEL_BAD = ("cancel_order", {"order_id": "W1001", "reason": "whim"})
+
+
+def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "c1", "name": name, "arguments": json.dumps(arguments)}
+
+
+def _trajectory(call: tuple[str, dict[str, Any]], outcome: str = "ok") -> dict[str, Any]:
+    turn = {"content": None, "tool_calls": [_call(*call)]}
+    return {"signature": "ignored", "outcome": outcome, "steps": [{"turn": turn}]}
+
+
+def completion(
+    committed: tuple[str, dict[str, Any]] | None, rehearsal: dict[str, Any] | None
+) -> ChatCompletion:
+    """A chat completion as the gateway returns it, through the openai SDK's own model."""
+    message: dict[str, Any] = {"role": "assistant", "content": None if committed else "done"}
+    if committed:
+        function = {"name": committed[0], "arguments": json.dumps(committed[1])}
+        message["tool_calls"] = [{"id": "call_1", "type": "function", "function": function}]
+    body: dict[str, Any] = {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": "tool_calls" if committed else "stop"}],
+    }  # fmt: skip
+    if rehearsal is not None:
+        body["rehearsal"] = {"id": "r1", "mode": "parallel", "early_exit": False, **rehearsal}
+    return ChatCompletion.model_validate(body)
+
+
+@pytest.mark.parametrize(
+    ("call", "valid"),
+    [
+        pytest.param(CANCEL, True, id="valid"),
+        pytest.param(CANCEL_BAD, False, id="enum"),
+        pytest.param(("cancel_order", {"order_id": "W1001"}), False, id="missing"),
+        pytest.param(("cancel_order", {**CANCEL[1], "x": 1}), False, id="undeclared"),
+        pytest.param(("drop_table", {}), False, id="unknown-tool"),
+    ],
+)
+def test_schema_check_is_what_the_tools_enforce(call: tuple[str, Any], valid: bool) -> None:
+    """jsonschema with undeclared keys refused, as the world's tools refuse them."""
+    assert RETAIL.valid(*call) is valid
+    assert RETAIL.valid(call[0], json.dumps(call[1])) is valid
+    assert RETAIL.valid("get_order", "{not json") is False
+
+
+def test_enforced_keeps_an_explicit_additional_properties() -> None:
+    """Only schemas silent about extra keys get additionalProperties: false."""
+    schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {}}}}
+    assert enforced(schema)["additionalProperties"] is False
+    assert enforced(schema)["properties"]["a"]["additionalProperties"] is False
+    assert enforced({**schema, "additionalProperties": True})["additionalProperties"] is True
+    assert "additionalProperties" not in enforced({"type": "object"})
+
+
+def test_off_turn_has_no_rehearsal_facts() -> None:
+    """A pass-through answer is judged on its schema only."""
+    facts = TurnFacts.read(RETAIL, completion(CANCEL_BAD, None))
+    assert (facts.rehearsed, facts.calls, facts.schema_invalid) == (False, 1, 1)
+    assert facts.never_rehearsed is None
+    assert facts.invalid_with_valid is None
+
+
+def test_never_rehearsed_is_worked_out_from_the_trace() -> None:
+    """Committed calls no trajectory started with are never-rehearsed; early exits are not."""
+    trace = [_trajectory(GET), _trajectory(CANCEL_BAD, "veto:INVALID_PARAMETERS")]
+    tried = TurnFacts.read(RETAIL, completion(GET, {"trace": trace}))
+    assert tried.never_rehearsed is False
+    untried = TurnFacts.read(RETAIL, completion(CANCEL, {"trace": trace}))
+    assert untried.never_rehearsed is True
+    early = TurnFacts.read(RETAIL, completion(CANCEL, {"trace": [], "early_exit": True}))
+    assert early.never_rehearsed is False
+    untraced = TurnFacts.read(RETAIL, completion(CANCEL, {}))
+    assert untraced.never_rehearsed is None
+    answer = TurnFacts.read(RETAIL, completion(None, {"trace": trace}))
+    assert answer.never_rehearsed is False
+
+
+def test_reported_fields_win_over_the_trace() -> None:
+    """committed_rehearsed, commit_path, engine_calls and trust are read when reported."""
+    reported = {
+        "trace": [_trajectory(GET)], "committed_rehearsed": True, "commit_path": "verified",
+        "commit_check": "ok", "checked_vetoes": 2, "engine_calls": 6,
+        "trust": {"get_order": {"policy": "trusted"}, "cancel_order": {"policy": "learning"}},
+    }  # fmt: skip
+    facts = TurnFacts.read(RETAIL, completion(CANCEL, reported))
+    assert facts.never_rehearsed is False
+    assert (facts.engine_calls, facts.checked_vetoes) == (6, 2)
+    assert (facts.commit_path, facts.commit_check, facts.low_trust) == ("verified", "ok", False)
+    low = {**reported, "committed_rehearsed": False, "trust": {"get_order": {"policy": "off"}}}
+    facts = TurnFacts.read(RETAIL, completion(CANCEL, low))
+    assert (facts.never_rehearsed, facts.low_trust) == (True, True)
+    trust_off = {**low, "commit_path": "trust_off"}
+    assert TurnFacts.read(RETAIL, completion(CANCEL, trust_off)).never_rehearsed is False
+
+
+def test_invalid_commit_with_a_valid_rehearsed_candidate() -> None:
+    """A schema-invalid commit counts apart when a schema-valid trajectory existed."""
+    both = [_trajectory(CANCEL_BAD), _trajectory(CANCEL)]
+    facts = TurnFacts.read(RETAIL, completion(CANCEL_BAD, {"trace": both}))
+    assert (facts.schema_invalid, facts.invalid_with_valid) == (1, True)
+    only_bad = [_trajectory(CANCEL_BAD)]
+    facts = TurnFacts.read(RETAIL, completion(CANCEL_BAD, {"trace": only_bad}))
+    assert (facts.schema_invalid, facts.invalid_with_valid) == (1, False)
+    facts = TurnFacts.read(RETAIL, completion(CANCEL, {"trace": both}))
+    assert (facts.schema_invalid, facts.invalid_with_valid) == (0, False)
