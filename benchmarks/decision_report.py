@@ -7,6 +7,7 @@ Means are over seeds; a count that needs a field the gateway does not report is 
 
 from __future__ import annotations
 
+from collections import Counter
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int
         "engine_calls_per_turn": fmean(c for c in calls if c is not None)
         if calls and None not in calls
         else None,
-        "degraded_turns": sum(t.degraded is not None for t in turns),
+        "degraded_turns": dict(Counter(t.degraded for t in turns if t.degraded is not None)),
         "failed_requests": sum(e.failed is not None for e in episodes),
     }
 
@@ -131,10 +132,11 @@ def report(
         print("|---:|---|---:|---:|---|")
         for r in trust:
             print(_trust_line(r))
-    degraded = sum(c["degraded_turns"] for c in cells)
+    degraded = sum((Counter(c["degraded_turns"]) for c in cells), Counter[str]())
     failed = sum(c["failed_requests"] for c in cells)
+    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(degraded.items())) or "none"
     print(f"\n{sum(c['pairs'] for c in cells)} episodes in {run_s:.0f} s; degraded turns: "
-          f"{degraded}; failed requests: {failed}")  # fmt: skip
+          f"{reasons}; failed requests: {failed}")  # fmt: skip
     episodes = [
         {"config": c.key, "seed": e.seed, "world": e.world, "task": e.task, "success": e.success,
          "tool_errors": e.tool_errors, "turns": len(e.turns), "failed": e.failed}
@@ -143,7 +145,7 @@ def report(
     return {
         "cells": cells,
         "trust": trust,
-        "degraded_turns": degraded,
+        "degraded_turns": dict(degraded),
         "failed_requests": failed,
         "episodes": episodes,
     }
