@@ -10,7 +10,8 @@ and the ``SchemaCheck`` of the world whose tools were offered, and says:
   the gateway reports it (not counting early exits and the ``trust_off`` path), else worked out
   from the trace (the committed calls are no trajectory's first action, and no early exit);
 - the trust fields when present: ``engine_calls``, ``commit_path``, ``commit_check``,
-  ``checked_vetoes`` and whether any tool's ``trust.policy`` says imagination is not trusted.
+  ``checked_vetoes`` and whether any tool's trust policy (``trust`` maps a tool to its policy,
+  or to an object with a ``policy``) says imagination is not trusted.
 
 A field the gateway does not report reads ``None``, which the tables print as ``n/a``.
 """
@@ -82,6 +83,11 @@ def _first_calls(trajectory: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return [(c.get("name", ""), c.get("arguments")) for c in turn.get("tool_calls") or []]
 
 
+def _policy(entry: Any) -> Any:
+    """A tool's trust policy: the value itself, or its ``policy`` field."""
+    return entry.get("policy") if isinstance(entry, dict) else entry
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -124,7 +130,7 @@ class TurnFacts:
         trust = raw.get("trust")
         low = None
         if isinstance(trust, dict):
-            low = any(isinstance(v, dict) and v.get("policy") in LOW_TRUST for v in trust.values())
+            low = any(_policy(v) in LOW_TRUST for v in trust.values())
         return cls(
             calls=len(committed),
             schema_invalid=invalid,

@@ -107,6 +107,8 @@ def test_reported_fields_win_over_the_trace() -> None:
     low = {**reported, "committed_rehearsed": False, "trust": {"get_order": {"policy": "off"}}}
     facts = TurnFacts.read(RETAIL, completion(CANCEL, low))
     assert (facts.never_rehearsed, facts.low_trust) == (True, True)
+    flat = {**reported, "trust": {"get_order": "trusted", "cancel_order": "ignore_vetoes"}}
+    assert TurnFacts.read(RETAIL, completion(CANCEL, flat)).low_trust is True
     trust_off = {**low, "commit_path": "trust_off"}
     assert TurnFacts.read(RETAIL, completion(CANCEL, trust_off)).never_rehearsed is False
 
