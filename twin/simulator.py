@@ -5,7 +5,8 @@ for this sample):``. The twin replays the history's tool calls on a fresh copy o
 validates the call, runs the tool, and imagines like a world model that drifts: with probability
 ``fidelity`` it is right (the EnvACE veto for a schema-invalid call, the true result for a valid
 one), otherwise it is plausibly wrong (a schema violation it misses, imagined as the tool running
-anyway; a changed field, a spurious error or a success where the world would refuse).
+anyway; for a valid call, a veto it should not have raised — ``FALSE_VETO`` of the drifts — or a
+changed field, a spurious error or a success where the world would refuse).
 
 Grounding: the prompt's few-shot section carries real results the gateway saw earlier. ``k``
 examples of the same tool raise the fidelity for that call to ``1 - (1 - fidelity) * 0.5**k``;
@@ -26,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from twin.schema import JsonObject, synthesise, validate_call
+from twin.schema import JsonObject, Violation, synthesise, validate_call
 from twin.turn import Draft
 from twin.worlds import State, ToolError, World, world_for_tools
 from twin.worlds.base import Call, canonical_json
@@ -53,6 +54,7 @@ _EXAMPLE = re.compile(
 )
 GROUNDING_FACTOR = 0.5  # each real example of the tool halves the chance of drifting
 COPY_EXACT = 0.75  # a drift with an exact-arguments example copies that real result this often
+FALSE_VETO = 1 / 3  # a drift on a valid call refuses it, as an over-strict simulator does
 # A handler assumes schema-valid arguments; run on invalid ones it fails in these ways.
 _HANDLER_FAILURES = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
@@ -218,6 +220,15 @@ def _perturb(result: Any, rng: random.Random) -> Any:
     return wrong
 
 
+def _false_veto(arguments: JsonObject, rng: random.Random) -> Violation:
+    """A refusal of a valid call, naming one of its arguments as a validator would."""
+    keys = sorted(arguments)
+    if not keys:
+        return Violation("INVALID_PARAMETERS", "the arguments do not match the input schema")
+    key = rng.choice(keys)
+    return Violation("INVALID_PARAMETERS", f"{key} does not match the expected format")
+
+
 def _replayed(prompt: RehearsalPrompt, world: World) -> State:
     """A fresh copy of the world's state with the history's tool calls replayed on it."""
     state = world.new_state()
@@ -265,6 +276,9 @@ class Simulator:
         copied = self._copied(seen, prompt.name, arguments, rng)
         if copied is not None:
             return copied
+        if rng.random() < FALSE_VETO:
+            veto = _false_veto(arguments, rng)
+            return f"The call fails validation: {veto.message}.", veto.as_veto()
         return f"Simulating {prompt.name}; the record looks slightly different.", _perturb(
             truth, rng
         )

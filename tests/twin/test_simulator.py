@@ -308,3 +308,17 @@ def test_exact_example_of_a_real_error_is_reproduced_for_an_invalid_call() -> No
     )  # fmt: skip
     failed = _rate(text, 0.0, lambda r: _vetoed(r) or r == real)
     assert 0.80 <= failed <= 0.95  # 0.5 vetoed + 0.5 * 0.75 copied = 0.875
+
+
+def test_drift_on_a_valid_call_sometimes_vetoes_it() -> None:
+    """At fidelity 0 a valid call is refused a third of the time (a false veto), never at 1."""
+    text = rehearsal_text(TOOLS, HISTORY_READ, "cancel_order", CANCEL)
+    assert 0.25 <= _rate(text, 0.0, _vetoed) <= 0.42
+    assert _rate(text, 1.0, _vetoed) == 0.0
+    veto = next(
+        r
+        for s in SEEDS
+        if _vetoed(r := Simulator(WORLDS, 0.0).imagine(parse_prompt(text), random.Random(s))[1])
+    )
+    assert veto["error_tool_call"]["code"] == "INVALID_PARAMETERS"
+    assert veto["error_tool_call"]["message"].split()[0] in CANCEL
