@@ -8,6 +8,12 @@ real world and sending the result back. Per twin: rehearsal off, and parallel an
 K = 4 under each commit policy (``select``, ``reflect``, and ``anchored`` when the gateway accepts
 it: a probe request with ``commit: "anchored"`` gets 200, not 400), with ``trace: true``.
 
+The twins run with ``--grounding-gain 1``: the gateway's grounding still reaches them (an example
+for exactly the same arguments is copied, docs/twin.md), but examples of other calls do not
+lift their fidelity, so the fidelity column is the fidelity the gateway faces. At the twin's
+default gain (0.5) three examples of a tool lift even fidelity 0 to 0.875 and the sweep no
+longer means what it says; ``--grounding-gain 0.5`` runs that world.
+
 Each configuration is one tenant (its own API key), so memory, grounding and trust never mix;
 its episodes run one after another in a fixed order (seed, world, task) so what it learns builds
 up as in a deployment and a rerun repeats the same outcomes; configurations run concurrently.
@@ -73,6 +79,8 @@ class Grid:
     worlds: tuple[str, ...] = WORLD_NAMES
     tasks: int = 12
     seeds: tuple[int, ...] = (0, 1, 2)
+    # 1: the twins' fidelity is what the gateway faces, grounding or not (see the docstring).
+    grounding_gain: float = 1.0
     max_turns: int = 6  # the demo's: enough for a plan of 2-3 steps, two slips and the answer
 
     @classmethod
@@ -227,7 +235,7 @@ async def run_all(
     return dict(zip(configs, runs, strict=True))
 
 
-def start_twins(twins: list[Twin], workdir: Path) -> dict[Twin, Proc]:
+def start_twins(twins: list[Twin], gain: float, workdir: Path) -> dict[Twin, Proc]:
     """One zero-latency twin per fidelity × skill, started side by side."""
 
     def start(twin: Twin) -> Proc:
@@ -235,7 +243,7 @@ def start_twins(twins: list[Twin], workdir: Path) -> dict[Twin, Proc]:
         argv = cli_argv(
             "twin", "--port", str(port), "--world", "auto", "--latency", "zero", "--seed", "1",
             "--skill", str(twin.skill), "--fidelity", str(twin.fidelity),
-            "--served-model-name", twin.model,
+            "--served-model-name", twin.model, "--grounding-gain", str(gain),
         )  # fmt: skip
         return start_http_server(argv, port=port, log_path=workdir / f"{twin.model}.log")
 
@@ -296,6 +304,8 @@ def _grid(args: argparse.Namespace) -> Grid:
         changes["tasks"] = args.tasks
     if args.max_turns:
         changes["max_turns"] = args.max_turns
+    if args.grounding_gain is not None:
+        changes["grounding_gain"] = args.grounding_gain
     return replace(grid, **changes)
 
 
@@ -314,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worlds", help="comma-separated, instead of all three")
     parser.add_argument("--tasks", type=int, help="tasks per world, instead of all 12")
     parser.add_argument("--max-turns", type=int, help="the agent's turn limit, instead of 6")
+    parser.add_argument(
+        "--grounding-gain", type=float, help="the twins' --grounding-gain, instead of 1"
+    )
     args = parser.parse_args(argv)
     grid = _grid(args)
     worlds = [load_world(name) for name in grid.worlds]
@@ -324,12 +337,13 @@ def main(argv: list[str] | None = None) -> int:
         procs: dict[Twin, Proc] = {}
         gateway: Proc | None = None
         try:
-            procs = start_twins(twins, Path(tmp))
+            procs = start_twins(twins, grid.grounding_gain, Path(tmp))
             gateway = start_gateway(procs, [PROBE_KEY, *(c.key for c in every)], Path(tmp))
             anchored = accepts_policy(gateway.url, twins[0], NEW_POLICY)
             policies = (*POLICIES, NEW_POLICY) if anchored else POLICIES
             configs = configurations(grid, policies)
-            print(f"{len(twins)} twins (SIMULATIONS of vLLM + EnvACE, latency zero), one gateway; "
+            print(f"{len(twins)} twins (SIMULATIONS of vLLM + EnvACE, latency zero, grounding "
+                  f"gain {grid.grounding_gain}), one gateway; "
                   f"{len(configs)} configurations × {len(grid.seeds)} seeds × "
                   f"{len(worlds) * grid.tasks} tasks; commit policies: {', '.join(policies)}"
                   + ("" if anchored else f" ('{NEW_POLICY}' refused: not on this gateway yet)"),
@@ -350,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         "fidelities": grid.fidelities, "skills": grid.skills, "worlds": grid.worlds,
         "tasks_per_world": grid.tasks, "seeds": grid.seeds, "max_turns": grid.max_turns,
         "budget": K, "policies": policies, "anchored_available": anchored,
+        "grounding_gain": grid.grounding_gain,
     }  # fmt: skip
     document["wall_s"] = round(time.perf_counter() - began, 1)
     document["cpu_s"] = {name: round(value, 1) for name, value in cpu.items()}

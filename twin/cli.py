@@ -26,6 +26,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--skill", type=float, default=float(_env("SKILL", "0.7")))
     parser.add_argument("--fidelity", type=float, default=float(_env("FIDELITY", "0.9")))
     parser.add_argument(
+        "--grounding-gain",
+        type=float,
+        default=float(_env("GROUNDING_GAIN", "0.5")),
+        help="each real example of a tool in the prompt multiplies its drift chance by this",
+    )
+    parser.add_argument(
         "--latency", default=_env("LATENCY", "zero"), help="zero | h100 | path to a JSON profile"
     )
     parser.add_argument(
@@ -47,13 +53,18 @@ def run(args: argparse.Namespace) -> int:
     from twin.app import create_app
     from twin.config import TwinSettings
 
-    for name, value in (("skill", args.skill), ("fidelity", args.fidelity)):
+    for name, value in (
+        ("skill", args.skill),
+        ("fidelity", args.fidelity),
+        ("grounding-gain", args.grounding_gain),
+    ):
         if not 0.0 <= value <= 1.0:
             raise SystemExit(f"--{name} must be within [0, 1], got {value}")
     settings = TwinSettings(
         world=args.world,
         skill=args.skill,
         fidelity=args.fidelity,
+        grounding_gain=args.grounding_gain,
         latency=args.latency,
         latency_scale=args.latency_scale,
         seed=args.seed,

@@ -18,6 +18,7 @@ class TwinSettings:
     world: str = "auto"  # auto | airline | retail | bank
     skill: float = 0.7
     fidelity: float = 0.9
+    grounding_gain: float = 0.5  # drift chance multiplier per real example of the tool
     latency: str = "zero"  # zero | h100 | path to a JSON profile
     latency_scale: float = 1.0
     seed: int = 0
@@ -34,8 +35,9 @@ class TwinSettings:
             f"  served model name : {', '.join(self.model_names)}\n"
             f"  world             : {self.world}\n"
             f"  skill (acting)    : {self.skill}\n"
-            f"  fidelity (rehearse): {self.fidelity} (schema vetoes drift too; k real examples of"
-            " a tool in the prompt raise it to 1-(1-f)*0.5^k)\n"
+            f"  fidelity (rehearse): {self.fidelity} (schema vetoes drift too)\n"
+            f"  grounding gain    : {self.grounding_gain} (k real examples of a tool in the prompt:"
+            f" fidelity 1-(1-f)*{self.grounding_gain}^k)\n"
             f"  latency profile   : {self.latency} x{self.latency_scale}\n"
             f"  seed              : {self.seed}\n"
             f"  prefix cache      : {self.cache_blocks} blocks of 16 tokens"

@@ -77,7 +77,7 @@ class TwinEngine:
         names = WORLD_NAMES if settings.world == "auto" else (settings.world,)
         self.worlds: list[World] = [load_world(name) for name in names]
         self.policy = ActingPolicy(self.worlds, settings.skill)
-        self.simulator = Simulator(self.worlds, settings.fidelity)
+        self.simulator = Simulator(self.worlds, settings.fidelity, settings.grounding_gain)
         self.cache = PrefixCache(settings.cache_blocks)
         self.scheduler = BatchScheduler(load_profile(settings.latency, settings.latency_scale))
         self.metrics = TwinMetrics(settings.model_names[0])

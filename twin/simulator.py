@@ -9,7 +9,8 @@ anyway; for a valid call, a veto it should not have raised — ``FALSE_VETO`` of
 changed field, a spurious error or a success where the world would refuse).
 
 Grounding: the prompt's few-shot section carries real results the gateway saw earlier. ``k``
-examples of the same tool raise the fidelity for that call to ``1 - (1 - fidelity) * 0.5**k``;
+examples of the same tool raise the fidelity for that call to ``1 - (1 - fidelity) * gain**k``
+(``gain`` is ``--grounding-gain``, 0.5 by default: each example halves the chance of drifting);
 and when one of them has exactly the call's arguments, an imagination that would have drifted
 reproduces that real result instead, with probability ``COPY_EXACT`` (it may be stale: the world
 may have changed since, and a copying model does not notice).
@@ -52,7 +53,7 @@ _EXAMPLE = re.compile(
     r"\s*tool\s+execution\s+result\s*:[ \t]*\n?(?P<result>.*?)(?=\n\s*tool\s+name\s*:|\Z)",
     re.IGNORECASE | re.DOTALL,
 )
-GROUNDING_FACTOR = 0.5  # each real example of the tool halves the chance of drifting
+GROUNDING_GAIN = 0.5  # by default each real example of the tool halves the chance of drifting
 COPY_EXACT = 0.75  # a drift with an exact-arguments example copies that real result this often
 FALSE_VETO = 1 / 3  # a drift on a valid call refuses it, as an over-strict simulator does
 # A handler assumes schema-valid arguments; run on invalid ones it fails in these ways.
@@ -89,9 +90,9 @@ class RehearsalPrompt:
     examples: tuple[Example, ...] = ()
 
 
-def grounded_fidelity(fidelity: float, examples: int) -> float:
+def grounded_fidelity(fidelity: float, examples: int, gain: float = GROUNDING_GAIN) -> float:
     """The fidelity for a call whose prompt shows ``examples`` real results of the same tool."""
-    return 1.0 - (1.0 - fidelity) * GROUNDING_FACTOR**examples
+    return 1.0 - (1.0 - fidelity) * gain**examples
 
 
 def is_rehearsal(text: str) -> bool:
@@ -240,9 +241,12 @@ def _replayed(prompt: RehearsalPrompt, world: World) -> State:
 class Simulator:
     """Imagines one tool result for a parsed rehearsal prompt."""
 
-    def __init__(self, worlds: list[World], fidelity: float) -> None:
+    def __init__(
+        self, worlds: list[World], fidelity: float, grounding_gain: float = GROUNDING_GAIN
+    ) -> None:
         self.worlds = worlds
         self.fidelity = fidelity
+        self.grounding_gain = grounding_gain
 
     def imagine(self, prompt: RehearsalPrompt, rng: random.Random) -> tuple[str, Any]:
         """Thinking text and the JSON observation (a veto, a result or a wrong one)."""
@@ -253,7 +257,7 @@ class Simulator:
         if prompt.name in tools and not tools[prompt.name]:
             tools[prompt.name] = prompt.schema
         seen = [e for e in prompt.examples if e.name == prompt.name]
-        fidelity = grounded_fidelity(self.fidelity, len(seen))
+        fidelity = grounded_fidelity(self.fidelity, len(seen), self.grounding_gain)
         world = world_for_tools(self.worlds, tools)
         if world is not None and prompt.name not in world.tools:
             world = None

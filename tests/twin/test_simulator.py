@@ -255,8 +255,10 @@ def test_core_few_shot_section_is_parsed() -> None:
     [(0.0, 0, 0.0), (0.0, 1, 0.5), (0.0, 2, 0.75), (0.5, 1, 0.75), (0.8, 3, 0.975), (1.0, 4, 1.0)],
 )
 def test_grounded_fidelity_rule(fidelity: float, k: int, expected: float) -> None:
-    """k real examples of the tool: 1 - (1 - f) * 0.5**k."""
+    """k real examples of the tool: 1 - (1 - f) * 0.5**k by default."""
     assert grounded_fidelity(fidelity, k) == pytest.approx(expected)
+    assert grounded_fidelity(fidelity, k, gain=1.0) == pytest.approx(fidelity)
+    assert grounded_fidelity(0.0, 2, gain=0.8) == pytest.approx(0.36)
 
 
 def _truthful(truth):
@@ -322,3 +324,23 @@ def test_drift_on_a_valid_call_sometimes_vetoes_it() -> None:
     )
     assert veto["error_tool_call"]["code"] == "INVALID_PARAMETERS"
     assert veto["error_tool_call"]["message"].split()[0] in CANCEL
+
+
+def test_gain_one_leaves_only_exact_copies() -> None:
+    """With --grounding-gain 1 other examples change nothing; an exact one is still copied."""
+    others = [("get_order", {"order_id": "W1002"}, {"order_id": "W1002", "status": "pending"})]
+    text = rehearsal_text(
+        TOOLS, f"User: {TASK.instruction}", "get_order", {"order_id": "W1001"}, examples=others
+    )
+    truth = Simulator(WORLDS, 1.0).imagine(parse_prompt(text), random.Random(0))[1]
+    flat = Simulator(WORLDS, 0.0, grounding_gain=1.0)
+    prompt = parse_prompt(text)
+    assert all(flat.imagine(prompt, random.Random(s))[1] != truth for s in SEEDS)
+    exact = [*others, ("get_order", {"order_id": "W1001"}, truth)]
+    prompt = parse_prompt(
+        rehearsal_text(
+            TOOLS, f"User: {TASK.instruction}", "get_order", {"order_id": "W1001"}, examples=exact
+        )
+    )
+    copied = sum(flat.imagine(prompt, random.Random(s))[1] == truth for s in SEEDS) / len(SEEDS)
+    assert 0.65 <= copied <= 0.85  # COPY_EXACT of the drifts, and every call drifts
