@@ -108,6 +108,7 @@ class TurnFacts:
     checked_vetoes: int | None = None
     low_trust: bool | None = None
     rehearsal_id: str | None = None
+    faults: tuple[str, ...] = ()  # from the stored trace, fetched for degraded turns only
 
     @classmethod
     def read(cls, check: SchemaCheck, completion: Any) -> TurnFacts:

@@ -137,6 +137,9 @@ def report(
     reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(degraded.items())) or "none"
     print(f"\n{sum(c['pairs'] for c in cells)} episodes in {run_s:.0f} s; degraded turns: "
           f"{reasons}; failed requests: {failed}")  # fmt: skip
+    faults = [f for eps in results.values() for e in eps for t in e.turns for f in t.faults]
+    for fault in faults[:5]:
+        print(f"  degraded: {fault}")
     episodes = [
         {"config": c.key, "seed": e.seed, "world": e.world, "task": e.task, "success": e.success,
          "tool_errors": e.tool_errors, "turns": len(e.turns), "failed": e.failed}
@@ -146,6 +149,7 @@ def report(
         "cells": cells,
         "trust": trust,
         "degraded_turns": dict(degraded),
+        "degraded_faults": faults,
         "failed_requests": failed,
         "episodes": episodes,
     }

@@ -170,18 +170,22 @@ class Progress:
         print(f"  … {self.done}/{self.total} episodes, {elapsed:.0f} s", flush=True)
 
 
-async def _engine_calls(client: RecordingClient, facts: TurnFacts) -> TurnFacts:
-    """Engine calls of a turn from its stored trace, where the summary does not report them."""
-    if facts.engine_calls is not None or facts.rehearsal_id is None:
+async def _from_trace(client: RecordingClient, facts: TurnFacts, calls: bool) -> TurnFacts:
+    """What only the stored trace says: engine calls where the summary lacks them (when
+    ``calls``), and the faults of a degraded turn."""
+    wanted = (calls and facts.engine_calls is None) or facts.degraded is not None
+    if not wanted or facts.rehearsal_id is None:
         return facts
     try:
         trace = await client.trace(facts.rehearsal_id)
     except GatewayError:
         return facts
-    calls = trace.get("engine_calls")
-    if not isinstance(calls, dict):
-        return facts
-    return replace(facts, engine_calls=sum(v for v in calls.values() if isinstance(v, int)))
+    faults = tuple(str(f) for f in trace.get("faults") or ())
+    counts = trace.get("engine_calls")
+    if facts.engine_calls is None and calls and isinstance(counts, dict):
+        total = sum(v for v in counts.values() if isinstance(v, int))
+        return replace(facts, engine_calls=total, faults=faults)
+    return replace(facts, faults=faults)
 
 
 async def run_config(
@@ -212,9 +216,7 @@ async def run_config(
                         episode.real_calls = ran.real_calls
                     for completion in client.completions:
                         facts = TurnFacts.read(checks[world.name], completion)
-                        episode.turns.append(
-                            await _engine_calls(client, facts) if traced else facts
-                        )
+                        episode.turns.append(await _from_trace(client, facts, traced))
                     episodes.append(episode)
                     progress.done += 1
     finally:
