@@ -24,8 +24,8 @@ commits; schema-invalid commits (``jsonschema``, as the tools enforce them) and,
 those made while a schema-valid rehearsed candidate existed; tasks worse / better than off
 (counted over task × seed pairs); engine calls per turn (``n/a`` where the gateway does not
 report them). Then, at fidelity 0.0, engine calls per turn in the first and last third of each
-run and the first turn at which the gateway reports low trust (a tool's ``trust.policy`` of
-``ignore_vetoes`` or ``off``) — fields the gateway may not report yet, printed ``n/a``.
+run and the first turn at which the gateway reports low trust (a tool whose trust policy is
+``ignore_vetoes`` or ``off``) — fields a gateway may not report, printed ``n/a``.
 
     python -m benchmarks.decisions [--seeds 3] [--json PATH] [--quick]
 """
@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.decision_facts import SchemaCheck, TurnFacts  # noqa: E402
 from benchmarks.decision_report import report  # noqa: E402
+from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
 from benchmarks.rehearsal import world_request  # noqa: E402
 from clients.agent import ExampleAgent, ToolLatency  # noqa: E402
 from clients.client import AsyncRehearsalClient, GatewayError, Rehearsal  # noqa: E402
@@ -237,8 +237,9 @@ async def run_all(
     return dict(zip(configs, runs, strict=True))
 
 
-def start_twins(twins: list[Twin], gain: float, workdir: Path) -> dict[Twin, Proc]:
-    """One zero-latency twin per fidelity × skill, started side by side."""
+def start_twins(twins: list[Twin], gain: float, workdir: Path, started: dict[Twin, Proc]) -> None:
+    """One zero-latency twin per fidelity × skill, started side by side into ``started`` (which
+    holds every one that came up, for the caller to stop, even when another failed)."""
 
     def start(twin: Twin) -> Proc:
         port = free_port()
@@ -250,7 +251,11 @@ def start_twins(twins: list[Twin], gain: float, workdir: Path) -> dict[Twin, Pro
         return start_http_server(argv, port=port, log_path=workdir / f"{twin.model}.log")
 
     with ThreadPoolExecutor(max_workers=len(twins)) as pool:
-        return dict(zip(twins, pool.map(start, twins), strict=True))
+        futures = {twin: pool.submit(start, twin) for twin in twins}
+    failures = [f.exception() for f in futures.values() if f.exception() is not None]
+    started.update({twin: f.result() for twin, f in futures.items() if f.exception() is None})
+    if failures:
+        raise RuntimeError(f"{len(failures)} twin(s) did not start") from failures[0]
 
 
 def start_gateway(twins: dict[Twin, Proc], keys: list[str], workdir: Path) -> Proc:
@@ -311,12 +316,7 @@ def _grid(args: argparse.Namespace) -> Grid:
     return replace(grid, **changes)
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds per task (paired across runs)")
     parser.add_argument("--quick", action="store_true", help="a tiny grid (the test uses it)")
@@ -329,49 +329,70 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--grounding-gain", type=float, help="the twins' --grounding-gain, instead of 1"
     )
-    args = parser.parse_args(argv)
-    grid = _grid(args)
+    return parser
+
+
+@dataclass
+class Run:
+    """What one run of the grid produced, and what it cost."""
+
+    results: dict[Config, list[Episode]]
+    policies: tuple[str, ...]
+    anchored: bool
+    episodes_s: float
+    cpu_s: dict[str, float]
+
+
+def run_grid(grid: Grid, workdir: Path) -> Run:
+    """Start the twins and the gateway, run every configuration, stop them all."""
     worlds = [load_world(name) for name in grid.worlds]
     twins = [Twin(f, s) for f in grid.fidelities for s in grid.skills]
-    every = configurations(grid, (*POLICIES, NEW_POLICY))
+    keys = [PROBE_KEY, *(c.key for c in configurations(grid, (*POLICIES, NEW_POLICY)))]
+    procs: dict[Twin, Proc] = {}
+    gateway: Proc | None = None
+    try:
+        start_twins(twins, grid.grounding_gain, workdir, procs)
+        gateway = start_gateway(procs, keys, workdir)
+        anchored = accepts_policy(gateway.url, twins[0], NEW_POLICY)
+        policies = (*POLICIES, NEW_POLICY) if anchored else POLICIES
+        configs = configurations(grid, policies)
+        print(f"{len(twins)} twins (SIMULATIONS of vLLM + EnvACE, latency zero, grounding "
+              f"gain {grid.grounding_gain}), one gateway; {len(configs)} configurations × "
+              f"{len(grid.seeds)} seeds × {len(worlds) * grid.tasks} tasks; commit policies: "
+              f"{', '.join(policies)}"
+              + ("" if anchored else f" ('{NEW_POLICY}' refused: not on this gateway yet)"),
+              flush=True)  # fmt: skip
+        started = time.perf_counter()
+        results = asyncio.run(run_all(configs, gateway.url, grid, worlds))
+        episodes_s = time.perf_counter() - started
+        cpu = {
+            "gateway": cpu_seconds(gateway.popen.pid),
+            "twins": sum(cpu_seconds(p.popen.pid) for p in procs.values()),
+            "benchmark": time.process_time(),
+        }
+    finally:
+        for proc in [*([gateway] if gateway else []), *procs.values()]:
+            proc.stop()
+    return Run(results, policies, anchored, episodes_s, cpu)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    grid = _grid(args)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rgw-decisions-") as tmp:
-        procs: dict[Twin, Proc] = {}
-        gateway: Proc | None = None
-        try:
-            procs = start_twins(twins, grid.grounding_gain, Path(tmp))
-            gateway = start_gateway(procs, [PROBE_KEY, *(c.key for c in every)], Path(tmp))
-            anchored = accepts_policy(gateway.url, twins[0], NEW_POLICY)
-            policies = (*POLICIES, NEW_POLICY) if anchored else POLICIES
-            configs = configurations(grid, policies)
-            print(f"{len(twins)} twins (SIMULATIONS of vLLM + EnvACE, latency zero, grounding "
-                  f"gain {grid.grounding_gain}), one gateway; "
-                  f"{len(configs)} configurations × {len(grid.seeds)} seeds × "
-                  f"{len(worlds) * grid.tasks} tasks; commit policies: {', '.join(policies)}"
-                  + ("" if anchored else f" ('{NEW_POLICY}' refused: not on this gateway yet)"),
-                  flush=True)  # fmt: skip
-            started = time.perf_counter()
-            results = asyncio.run(run_all(configs, gateway.url, grid, worlds))
-            run_s = time.perf_counter() - started
-            cpu = {
-                "gateway": _cpu_s(gateway.popen.pid),
-                "twins": sum(_cpu_s(p.popen.pid) for p in procs.values()),
-                "benchmark": time.process_time(),
-            }
-        finally:
-            for proc in [*([gateway] if gateway else []), *procs.values()]:
-                proc.stop()
-    document = report(results, grid_seeds=len(grid.seeds), run_s=run_s)
+        run = run_grid(grid, Path(tmp))
+    document = report(run.results, grid_seeds=len(grid.seeds), run_s=run.episodes_s)
     document["grid"] = {
         "fidelities": grid.fidelities, "skills": grid.skills, "worlds": grid.worlds,
         "tasks_per_world": grid.tasks, "seeds": grid.seeds, "max_turns": grid.max_turns,
-        "budget": K, "policies": policies, "anchored_available": anchored,
+        "budget": K, "policies": run.policies, "anchored_available": run.anchored,
         "grounding_gain": grid.grounding_gain,
     }  # fmt: skip
     document["wall_s"] = round(time.perf_counter() - began, 1)
-    document["cpu_s"] = {name: round(value, 1) for name, value in cpu.items()}
-    print(f"\nwall time {document['wall_s']} s (episodes {run_s:.0f} s); CPU seconds: "
-          + ", ".join(f"{name} {value:.0f}" for name, value in cpu.items()))  # fmt: skip
+    document["cpu_s"] = {name: round(value, 1) for name, value in run.cpu_s.items()}
+    print(f"\nwall time {document['wall_s']} s (episodes {run.episodes_s:.0f} s); CPU seconds: "
+          + ", ".join(f"{name} {value:.0f}" for name, value in run.cpu_s.items()))  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(document, indent=1) + "\n")
     return 1 if document["failed_requests"] else 0
