@@ -19,7 +19,9 @@ from typing import Any
 
 import orjson
 
-from server.chat.service import PASSTHROUGH, ChatService, JsonAnswer, StreamAnswer
+from server.chat.service import ChatService
+from server.chat_call import PASSTHROUGH, JsonAnswer
+from server.engines.calls import StreamAnswer
 from server.engines.pool import affinity_key
 from server.errors import InvalidRequest
 
@@ -105,7 +107,7 @@ class RouteRelay:
     ) -> JsonAnswer | StreamAnswer:
         """Send ``raw`` (the client's body) to ``path`` on one engine; its answer, untouched."""
         if route.method == "GET":
-            body = await self.chat.call_engine(
+            body = await self.chat.calls.call(
                 None, role="act", model=None, affinity=b"", label=PASSTHROUGH,
                 path=path, method="GET",
             )  # fmt: skip
@@ -118,10 +120,10 @@ class RouteRelay:
         payload = raw if model == requested else orjson.dumps({**request, "model": model})
         affinity = relay_affinity(session_id, request)
         if route.streams and request.get("stream") is True:
-            return await self.chat.open_engine_stream(
+            return await self.chat.calls.open_stream(
                 payload, role="act", model=model, affinity=affinity, label=PASSTHROUGH, path=path
             )
-        body = await self.chat.call_engine(
+        body = await self.chat.calls.call(
             payload, role="act", model=model, affinity=affinity, label=PASSTHROUGH, path=path
         )
         return JsonAnswer(body)

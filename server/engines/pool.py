@@ -31,6 +31,7 @@ import orjson
 from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
 from server.settings import EngineSpec, Role
 from server.telemetry.metrics import GatewayMetrics
+from server.telemetry.readiness import CheckResult
 
 log = logging.getLogger("rehearsal_gateway.engines")
 
@@ -304,3 +305,16 @@ class EnginePool:
     @property
     def any_healthy(self) -> bool:
         return any(engine.healthy for engine in self.engines)
+
+
+@dataclass(frozen=True)
+class EnginesReady:
+    """Ready when at least one engine passed its last health check."""
+
+    pool: EnginePool
+    name: str = "engines"
+
+    async def check(self) -> CheckResult:
+        healthy = [e.name for e in self.pool.engines if e.healthy]
+        total = len(self.pool.engines)
+        return CheckResult(bool(healthy), f"{len(healthy)}/{total} healthy")

@@ -41,10 +41,10 @@ def sse(chunk: dict[str, Any]) -> bytes:
 class RehearsalStream(Response):
     """An ASGI response that rehearses, then streams the committed turn."""
 
-    def __init__(self, rehearsal: Rehearsal, include_usage: bool) -> None:
+    def __init__(self, rehearsal: Rehearsal) -> None:
         # Response.__init__ is skipped on purpose: the body is produced while rehearsing.
         self.rehearsal = rehearsal
-        self.include_usage = include_usage
+        self.include_usage = rehearsal.include_usage
         self.status_code = 200
         self.background = None
         self.outcome = "ok"

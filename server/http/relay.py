@@ -18,7 +18,8 @@ from typing import TypeVar
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server.chat.service import JsonAnswer, StreamAnswer
+from server.chat_call import JsonAnswer
+from server.engines.calls import StreamAnswer
 from server.errors import EngineError, sse_error_event
 
 T = TypeVar("T")

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server.chat.relayed import RELAYED, RelayedRoute, RouteRelay
-from server.chat.service import StreamAnswer
+from server.engines.calls import StreamAnswer
 from server.http.body import read_body
 from server.http.relay import StreamRelay, json_response, until_disconnect
 from server.http.state import RELAYED_STATE_KEY, gateway_of

@@ -18,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server.chat.service import StreamAnswer
+from server.chat.responses import RehearsedResponse
+from server.engines.calls import StreamAnswer
 from server.errors import GatewayError, envelope
 from server.http.body import read_body
 from server.http.relay import (
@@ -36,7 +37,6 @@ from server.http.state import (
     tenant_of_request,
 )
 from server.rehearse.committed import with_minted_ids
-from server.rehearse.responses import RehearsedResponse
 
 KEEPALIVE_S = 2.0
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.chat.service import RehearsedStream, StreamAnswer, readiness
+from server.engines.calls import StreamAnswer
 from server.errors import StoreUnavailable
 from server.http.body import read_body
 from server.http.rehearse_stream import RehearsalStream
@@ -23,6 +23,8 @@ from server.http.state import (
     tenant_of_request,
 )
 from server.protocol import ModelCard
+from server.rehearse.service import Rehearsal
+from server.telemetry.readiness import readiness
 
 router = APIRouter()
 
@@ -46,8 +48,8 @@ async def chat_completions(request: Request) -> Response:
     setattr(request.state, MODE_STATE_KEY, answer.mode)
     if isinstance(answer, StreamAnswer):
         return StreamRelay(answer)
-    if isinstance(answer, RehearsedStream):
-        return RehearsalStream(answer.rehearsal, answer.include_usage)
+    if isinstance(answer, Rehearsal):
+        return RehearsalStream(answer)
     if answer.outcome is not None:
         setattr(request.state, OUTCOME_STATE_KEY, answer.outcome)
     if answer.rehearsal is not None:

@@ -12,15 +12,16 @@ from typing import cast
 import httpx
 from starlette.requests import Request
 
-from server.chat.service import ChatService, ReadinessCheck
+from server.chat.responses import ResponsesService
+from server.chat.service import ChatService
 from server.engines.client import EngineClient
 from server.engines.pool import EnginePool
 from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY, ApiKeyRing
-from server.rehearse.responses import ResponsesService
 from server.rehearse.service import RehearsalService
 from server.settings import GatewaySettings
 from server.store.backends import RehearsalStore
 from server.telemetry.metrics import GatewayMetrics
+from server.telemetry.readiness import ReadinessCheck
 
 STATE_KEY = "gateway"
 MODE_STATE_KEY = "mode"

@@ -1,6 +1,6 @@
 """The rehearsal core's ``Generator`` port, implemented over the gateway's engines.
 
-``EngineGenerator`` turns one ``GenerationRequest`` into one engine call through the chat service
+``EngineGenerator`` turns one ``GenerationRequest`` into one engine call through ``EngineCalls``
 (so rehearsal calls get the same routing, retries, limits and timeouts as pass-through), reads the
 answer with the core's own reader, and translates every engine failure into ``GeneratorError``
 once, here. All calls of one rehearsal share the request's affinity key, so they land on the
@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from rehearsal.errors import GeneratorError, MalformedResponse
 from rehearsal.messages import GenerationRequest, GenerationResponse, from_openai_response
+from server.engines.calls import EngineCalls
 from server.errors import EngineError
 from server.settings import Role
-
-if TYPE_CHECKING:
-    from server.chat.service import ChatService
 
 CallObserver = Callable[[str, float], None]
 
@@ -40,13 +38,13 @@ class EngineGenerator:
 
     def __init__(
         self,
-        chat: ChatService,
+        calls: EngineCalls,
         *,
         model: str | None,
         affinity: bytes,
         on_call: CallObserver,
     ) -> None:
-        self.chat = chat
+        self.calls = calls
         self.model = model
         self.affinity = affinity
         self.on_call = on_call
@@ -57,7 +55,7 @@ class EngineGenerator:
     async def generate(self, request: GenerationRequest) -> GenerationResponse:
         started = time.perf_counter()
         try:
-            raw = await self.chat.call_engine(
+            raw = await self.calls.call(
                 self.payload(request),
                 role=pool_role(request.role),
                 model=self.model,

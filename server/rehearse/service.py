@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -30,7 +30,8 @@ from rehearsal.messages import AssistantTurn
 from rehearsal.planner import Planner
 from rehearsal.trace import ImaginedObservation, RehearsalResult
 from rehearsal.trust import Counts, Policy, TrustSettings, policies, trust_row
-from server.chat.service import JsonAnswer, RehearsedStream
+from server.chat_call import ChatCall, JsonAnswer
+from server.engines.calls import EngineCalls
 from server.errors import EngineError, EngineFailed, InvalidRequest, NotFound, StoreUnavailable
 from server.rehearse.committed import (
     completion_body,
@@ -42,9 +43,6 @@ from server.rehearse.engine_port import EngineGenerator
 from server.rehearse.feedback import pending_record
 from server.store.backends import RehearsalStore
 from server.telemetry.metrics import GatewayMetrics
-
-if TYPE_CHECKING:
-    from server.chat.service import ChatCall, ChatService
 
 # Request fields the planner handles itself; everything else reaches the acting calls untouched.
 _OWN_FIELDS = frozenset(
@@ -148,9 +146,19 @@ class Rehearsal:
     def model(self) -> str:
         return self.call.request.model or self.call.model or "unknown"
 
+    @property
+    def mode(self) -> str:
+        return self.budget.mode
+
+    @property
+    def include_usage(self) -> bool:
+        """Whether a streamed answer ends with a usage chunk (``stream_options``)."""
+        options = self.call.body.get("stream_options")
+        return isinstance(options, dict) and bool(options.get("include_usage"))
+
     def generator(self) -> EngineGenerator:
         return EngineGenerator(
-            self.service.chat,
+            self.service.calls,
             model=self.call.model,
             affinity=self.call.affinity,
             on_call=self._on_call,
@@ -237,7 +245,7 @@ class RehearsalService:
 
     def __init__(
         self,
-        chat: ChatService,
+        calls: EngineCalls,
         store: RehearsalStore,
         metrics: GatewayMetrics,
         *,
@@ -246,7 +254,7 @@ class RehearsalService:
         planner: PlannerSettings,
         trust: TrustSettings | None = None,
     ) -> None:
-        self.chat = chat
+        self.calls = calls
         self.store = store
         self.metrics = metrics
         self.defaults = defaults
@@ -288,13 +296,11 @@ class RehearsalService:
 
     async def answer(
         self, call: ChatCall, budget: Budget, feedback: list[dict[str, Any]]
-    ) -> JsonAnswer | RehearsedStream:
-        """Rehearse ``call``: a whole JSON answer, or a stream to run inside the response."""
+    ) -> JsonAnswer | Rehearsal:
+        """Rehearse ``call``: a whole JSON answer, or a rehearsal to run inside the response."""
         rehearsal = Rehearsal(self, call, budget, feedback)
         if call.stream:
-            options = call.body.get("stream_options")
-            include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-            return RehearsedStream(rehearsal, include_usage)
+            return rehearsal
         result = await rehearsal.run()
         turn = with_minted_ids(result.turn)
         summary = await rehearsal.settle(result, turn)

@@ -13,11 +13,11 @@ from rehearsal.budget import Budget, BudgetCaps
 from rehearsal.context import PlannerSettings
 from rehearsal.prompts import DEFAULT_SYSTEM_INSTRUCTION, load_system_instruction
 from rehearsal.trust import TrustSettings
-from server.chat.service import CheckResult
 from server.errors import StoreUnavailable
 from server.settings import GatewaySettings
 from server.store.backends import InProcessStore, RedisStore, RehearsalStore
 from server.store.keys import Keys, Lifetimes
+from server.telemetry.readiness import CheckResult
 
 log = logging.getLogger("rehearsal_gateway.server")
 

@@ -25,8 +25,6 @@ from typing import Any
 
 import orjson
 
-from server.http.auth import TENANT_STATE_KEY
-
 REQUEST_LOGGER = "rehearsal_gateway.request"
 REQUEST_ID_HEADER = b"x-request-id"
 # A client's id is echoed only when it is short and plain: it ends up in headers and log lines.
@@ -145,8 +143,8 @@ def _ms(seconds: float) -> float:
 
 def request_line(
     record: RequestRecord,
-    state: Mapping[str, Any],
     *,
+    tenant: str | None,
     status: int,
     outcome: str,
     mode: str,
@@ -159,7 +157,7 @@ def request_line(
     latency = {"total": _ms(elapsed), "overhead": _ms(max(elapsed - waited, 0.0))}
     fields: dict[str, Any] = {
         "request_id": record.request_id,
-        "tenant": state.get(TENANT_STATE_KEY),  # a hash of the key, never the key
+        "tenant": tenant,  # a hash of the key, never the key
         "status": status,
         "outcome": outcome,
         "mode": mode,

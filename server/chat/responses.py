@@ -26,7 +26,9 @@ import orjson
 
 from rehearsal.budget import Budget
 from server.chat.relayed import decode_object, relay_affinity
-from server.chat.service import PASSTHROUGH, ChatCall, ChatService, JsonAnswer, StreamAnswer
+from server.chat.service import ChatService
+from server.chat_call import PASSTHROUGH, ChatCall, JsonAnswer
+from server.engines.calls import StreamAnswer
 from server.errors import InvalidRequest
 from server.rehearse.committed import with_minted_ids
 from server.rehearse.feedback import Feedback
@@ -141,5 +143,5 @@ class ResponsesService:
             "label": PASSTHROUGH, "path": RESPONSES_PATH,
         }  # fmt: skip
         if call.request.stream:
-            return await self.chat.open_engine_stream(call.payload, **kwargs)
-        return JsonAnswer(await self.chat.call_engine(call.payload, **kwargs))
+            return await self.chat.calls.open_stream(call.payload, **kwargs)
+        return JsonAnswer(await self.chat.calls.call(call.payload, **kwargs))

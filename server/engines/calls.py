@@ -1,0 +1,105 @@
+"""The retrying engine caller: every chat-completion call to an engine goes through here.
+
+``EngineCalls.call`` (a whole JSON answer) and ``EngineCalls.open_stream`` (a stream whose first
+chunk has arrived) take an engine from the pool for a role and move the call to another engine on
+connection errors and 5xx — but only while nothing has reached the client yet: once a stream's
+first chunk is here, the stream is the caller's. Pass-through calls (``server/chat``) and
+rehearsal's own calls (``server/rehearse``) both come here, so they share routing, retries,
+limits and timeouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from server.chat_call import PASSTHROUGH
+from server.engines.client import CHAT_PATH, EngineClient, EngineStream
+from server.engines.pool import Engine, EnginePool
+from server.errors import EngineError
+from server.settings import Role
+
+
+@dataclass(eq=False, slots=True)
+class StreamAnswer:
+    """An answer still streaming from an engine; ``close`` must run when the relay ends."""
+
+    stream: EngineStream
+    pool: EnginePool
+    mode: str = PASSTHROUGH
+    headers: dict[str, str] = field(default_factory=dict)
+    _released: bool = False
+
+    async def close(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            await self.stream.aclose()
+        finally:
+            self.pool.release(self.stream.engine)
+
+
+class EngineCalls:
+    """Engine calls for a role, retried on another engine when that is safe."""
+
+    def __init__(self, pool: EnginePool, engines: EngineClient, *, max_attempts: int) -> None:
+        self.pool = pool
+        self.engines = engines
+        self.max_attempts = max_attempts
+
+    async def call(
+        self,
+        payload: bytes | None,
+        *,
+        role: Role,
+        model: str | None,
+        affinity: bytes,
+        label: str,
+        path: str = CHAT_PATH,
+        method: str = "POST",
+    ) -> bytes:
+        """One non-streamed engine call for ``role``; retried elsewhere when that is safe."""
+        tried: set[str] = set()
+        while True:
+            engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
+            try:
+                return await self.engines.chat(engine, payload, label, path=path, method=method)
+            except EngineError as exc:
+                self._after_failure(engine, exc, tried)
+            finally:
+                self.pool.release(engine)
+
+    async def open_stream(
+        self,
+        payload: bytes,
+        *,
+        role: Role,
+        model: str | None,
+        affinity: bytes,
+        label: str,
+        path: str = CHAT_PATH,
+    ) -> StreamAnswer:
+        """A streamed engine call whose first chunk has arrived; retried elsewhere before it."""
+        tried: set[str] = set()
+        while True:
+            engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
+            try:
+                stream = await self.engines.open_stream(engine, payload, label, path=path)
+            except EngineError as exc:
+                self.pool.release(engine)
+                self._after_failure(engine, exc, tried)
+                continue
+            except BaseException:
+                self.pool.release(engine)
+                raise
+            return StreamAnswer(stream, self.pool)
+
+    def _after_failure(self, engine: Engine, exc: EngineError, tried: set[str]) -> None:
+        """Re-raise unless another engine may be tried."""
+        if exc.kind == "connect":
+            self.pool.mark_unreachable(engine)
+        tried.add(engine.name)
+        if not exc.retryable or len(tried) >= self.max_attempts:
+            raise exc
+        if not any(e.healthy and e.name not in tried for e in self.pool.engines):
+            raise exc

@@ -1,0 +1,74 @@
+"""Exception handlers: every error reaches the client through ``server/errors.py``'s table.
+
+Gateway errors map to their status and OpenAI envelope; Starlette's own 404/405/validation
+errors are re-raised as ours first, a vanished client is a 499 (seen only in metrics) and anything
+unexpected is logged and answered with a generic 500 that names nothing internal.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from server.errors import (
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    error_status_and_body,
+    internal_error_body,
+)
+from server.http.relay import ClientDisconnected
+
+log = logging.getLogger("rehearsal_gateway.server")
+
+CLIENT_CLOSED = 499  # nginx's status for "client closed the request"; only ever in metrics
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Install the handlers below on ``app``."""
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ClientDisconnected, _client_gone)
+    app.add_exception_handler(Exception, _internal_error)
+
+
+def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> Response:
+    status, body = error_status_and_body(exc)
+    return Response(body, status, headers=headers, media_type="application/json")
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return _error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        return _error_response(
+            MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"),
+            headers=dict(exc.headers or {}),
+        )
+    if exc.status_code == 404:
+        return _error_response(NotFound(f"no route for {request.url.path}"))
+    return _error_response(InvalidRequest(str(exc.detail)))
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    return _error_response(InvalidRequest("the request does not match the endpoint's schema"))
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    return Response(status_code=CLIENT_CLOSED)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+    return Response(internal_error_body(), 500, media_type="application/json")
