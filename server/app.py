@@ -34,33 +34,39 @@ from server.http.relayed_routes import router as relayed_router
 from server.http.responses_routes import router as responses_router
 from server.http.routes import router
 from server.http.state import STATE_KEY, GatewayState
-from server.rehearse.feedback import Feedback
-from server.rehearse.service import RehearsalService
-from server.settings import GatewaySettings
-from server.store.opening import (
-    StoreReady,
+from server.rehearse.defaults import (
     budget_caps,
     budget_defaults,
-    open_store,
     planner_settings,
     trust_settings,
 )
+from server.rehearse.feedback import Feedback
+from server.rehearse.service import RehearsalService
+from server.settings import GatewaySettings
+from server.store.opening import StoreReady, open_store
 from server.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("rehearsal_gateway.server")
 
 
-def create_app(settings: GatewaySettings, *, resolver: Resolver = resolve_system) -> FastAPI:
+def create_app(
+    settings: GatewaySettings,
+    *,
+    resolver: Resolver = resolve_system,
+    engine_transport: httpx.AsyncBaseTransport | None = None,
+) -> FastAPI:
     """A gateway app for ``settings``; resources are created when its lifespan starts.
 
-    ``resolver`` answers the DNS questions of ``discover=dns`` engines (the system's by default).
+    ``resolver`` answers the DNS questions of ``discover=dns`` engines (the system's by default);
+    ``engine_transport`` replaces ``EngineTransport`` for plain-http engines (the transport
+    benchmark compares others through it).
     """
     metrics = GatewayMetrics(settings.metrics_dir)
     keyring = ApiKeyRing(key.get_secret_value() for key in settings.api_keys)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, GatewayState]]:
-        async with open_state(settings, metrics, keyring, resolver) as state:
+        async with open_state(settings, metrics, keyring, resolver, engine_transport) as state:
             yield {STATE_KEY: state}
 
     app = FastAPI(
@@ -90,6 +96,7 @@ async def open_state(
     metrics: GatewayMetrics,
     keyring: ApiKeyRing,
     resolver: Resolver = resolve_system,
+    engine_transport: httpx.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[GatewayState]:
     """Create every resource, run until the app stops, then release them in reverse order."""
     pool = EnginePool.from_specs(
@@ -114,7 +121,7 @@ async def open_state(
             pool=settings.queue_timeout,
         ),
         # Plain-http engines go through the lean transport; https ones through httpx's own pool.
-        mounts={"http://": EngineTransport(max_idle_per_origin=connections)},
+        mounts={"http://": engine_transport or EngineTransport(max_idle_per_origin=connections)},
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         # Relay bytes as the engine sends them; never let proxy variables reroute loopback.
         headers={"accept-encoding": "identity"},
@@ -136,10 +143,9 @@ async def open_state(
     chat = ChatService(pool, calls, rehearsal=rehearsal, feedback=feedback)
     responses = ResponsesService(chat, rehearsal, feedback)
     state = GatewayState(
-        settings, metrics, keyring, http, pool, engines, chat, store, rehearsal, responses
-    )
-    state.checks.append(EnginesReady(pool))
-    state.checks.append(StoreReady(store))
+        settings, metrics, keyring, http, pool, engines, chat, store, rehearsal, responses,
+        checks=[EnginesReady(pool), StoreReady(store)],
+    )  # fmt: skip
     discovery = EngineDiscovery(
         pool,
         [spec for spec in settings.engines if spec.discover],

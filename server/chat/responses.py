@@ -33,7 +33,7 @@ from server.errors import InvalidRequest
 from server.rehearse.committed import with_minted_ids
 from server.rehearse.feedback import Feedback
 from server.rehearse.responses_writer import ResponseWriter
-from server.rehearse.service import Rehearsal, RehearsalService
+from server.rehearse.service import RehearsalRun, RehearsalService
 from server.responses_protocol import (
     ResponsesRequest,
     has_only_function_tools,
@@ -60,7 +60,7 @@ class ResponsesCall:
 class RehearsedResponse:
     """A streamed rehearsed response, run while the route's response streams."""
 
-    rehearsal: Rehearsal
+    rehearsal: RehearsalRun
     writer: ResponseWriter
 
     @property
@@ -122,7 +122,7 @@ class ResponsesService:
         learned: list[dict[str, Any]] = []
         if self.feedback is not None:
             learned = await self.feedback.collect(chat.tenant, chat.body["messages"])
-        rehearsal = Rehearsal(self.rehearsal, chat, budget, learned)
+        rehearsal = RehearsalRun(self.rehearsal, chat, budget, learned)
         writer = ResponseWriter(call.request, rehearsal.model)
         if call.request.stream:
             return RehearsedResponse(rehearsal, writer)

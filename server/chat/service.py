@@ -24,10 +24,10 @@ from server.engines.pool import EnginePool, affinity_key
 from server.errors import InvalidRequest
 from server.protocol import ChatCompletionRequest
 from server.rehearse.feedback import Feedback
-from server.rehearse.service import Rehearsal, RehearsalService
+from server.rehearse.service import RehearsalRun, RehearsalService
 from server.settings import Role
 
-ChatAnswer = JsonAnswer | StreamAnswer | Rehearsal
+ChatAnswer = JsonAnswer | StreamAnswer | RehearsalRun
 
 
 def decode_chat_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionRequest]:

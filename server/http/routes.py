@@ -12,7 +12,7 @@ from starlette.responses import Response
 from server.engines.calls import StreamAnswer
 from server.errors import StoreUnavailable
 from server.http.body import read_body
-from server.http.rehearse_stream import RehearsalStream
+from server.http.rehearsal_response import RehearsalResponse
 from server.http.relay import StreamRelay, json_response, until_disconnect
 from server.http.state import (
     CONTENT_STATE_KEY,
@@ -23,7 +23,7 @@ from server.http.state import (
     tenant_of_request,
 )
 from server.protocol import ModelCard
-from server.rehearse.service import Rehearsal
+from server.rehearse.service import RehearsalRun
 from server.telemetry.readiness import readiness
 
 router = APIRouter()
@@ -48,8 +48,8 @@ async def chat_completions(request: Request) -> Response:
     setattr(request.state, MODE_STATE_KEY, answer.mode)
     if isinstance(answer, StreamAnswer):
         return StreamRelay(answer)
-    if isinstance(answer, Rehearsal):
-        return RehearsalStream(answer)
+    if isinstance(answer, RehearsalRun):
+        return RehearsalResponse(answer)
     if answer.outcome is not None:
         setattr(request.state, OUTCOME_STATE_KEY, answer.outcome)
     if answer.rehearsal is not None:

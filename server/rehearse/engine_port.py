@@ -8,7 +8,7 @@ engine that already holds the conversation's prefix in its cache.
 
 Every call is a whole answer, the commit included: a committed action is verified (checked and
 rehearsed) before any of it reaches the client, so no engine stream is relayed while the planner
-still decides: a streamed answer writes the decided turn as chunks (server/http/rehearse_stream).
+still decides: a streamed answer writes the decided turn as chunks (server/http/rehearsal_response).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ an OpenAI answer: one committed turn with gateway-minted tool-call ids, a ``rehe
 keeps what was imagined — the trace by rehearsal id, and per committed call the imagined
 observation that the real result will later be compared with.
 
-Streamed answers are run by ``RehearsalStream`` (``server/http/rehearse_stream.py``) inside the
-response; both paths share ``Rehearsal`` below, so the committed turn and what is stored are the
+Streamed answers are run by ``RehearsalResponse`` (``server/http/rehearsal_response.py``) inside the
+response; both paths share ``RehearsalRun`` below, so the committed turn and what is stored are the
 same either way.
 """
 
@@ -125,7 +125,7 @@ def _imagined_for(result: RehearsalResult, signature: str) -> ImaginedObservatio
 
 
 @dataclass
-class Rehearsal:
+class RehearsalRun:
     """One rehearsed request in flight: its ids, its planner run, and what it stores."""
 
     service: RehearsalService
@@ -296,9 +296,9 @@ class RehearsalService:
 
     async def answer(
         self, call: ChatCall, budget: Budget, feedback: list[dict[str, Any]]
-    ) -> JsonAnswer | Rehearsal:
+    ) -> JsonAnswer | RehearsalRun:
         """Rehearse ``call``: a whole JSON answer, or a rehearsal to run inside the response."""
-        rehearsal = Rehearsal(self, call, budget, feedback)
+        rehearsal = RehearsalRun(self, call, budget, feedback)
         if call.stream:
             return rehearsal
         result = await rehearsal.run()

@@ -29,6 +29,7 @@ FLOORS: dict[str, int] = {
     "server.store": 3,  # the rehearsal store and its keys
     "server.telemetry": 2,  # metrics, logs, waits, readiness
     "server.chat_call": 1,  # the values that cross the service layers
+    "server.responses_protocol": 1,  # the Responses API's wire models
     "server.protocol": 0,
     "server.settings": 0,
     "server.errors": 0,

@@ -28,7 +28,7 @@ from server.errors import GatewayError, sse_error_event
 from server.http.relay import SSE_HEADERS, ClientDisconnected, until_disconnect
 from server.http.state import OUTCOME_STATE_KEY, REHEARSAL_STATE_KEY
 from server.rehearse.committed import ChunkWriter, fingerprint, with_minted_ids
-from server.rehearse.service import Rehearsal
+from server.rehearse.service import RehearsalRun
 
 KEEPALIVE_S = 2.0
 _END = object()
@@ -38,10 +38,10 @@ def sse(chunk: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
-class RehearsalStream(Response):
+class RehearsalResponse(Response):
     """An ASGI response that rehearses, then streams the committed turn."""
 
-    def __init__(self, rehearsal: Rehearsal) -> None:
+    def __init__(self, rehearsal: RehearsalRun) -> None:
         # Response.__init__ is skipped on purpose: the body is produced while rehearsing.
         self.rehearsal = rehearsal
         self.include_usage = rehearsal.include_usage
