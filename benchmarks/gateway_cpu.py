@@ -7,6 +7,9 @@ interleaved rounds, and reads the gateway process's CPU time (``/proc/PID/stat``
 round. The result is gateway CPU milliseconds per request; docs/deploy.md turns it into gateway
 replicas per engine.
 
+``--transports lean,aiohttp,httpx`` runs one gateway per engine transport side by side
+(``benchmarks/transports.py``) and adds each one's ratio to ``lean``, the one that ships.
+
     python -m benchmarks.gateway_cpu [--requests 200] [--rounds 2] [--concurrency 8]
 """
 
@@ -27,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.rehearsal import world_request  # noqa: E402
-from tests.support.procs import cli_argv, free_port, start_http_server  # noqa: E402
+from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from twin.worlds import World, load_world  # noqa: E402
 
 MODES: dict[str, dict[str, Any] | None] = {
@@ -59,48 +62,74 @@ async def send(url: str, world: World, knobs: dict[str, Any] | None, count: int,
         await asyncio.gather(*(one(i) for i in range(count)))
 
 
+def start_gateway(name: str, engine: str, tmp: str) -> Proc:
+    """A gateway in front of ``engine``: the real ``serve``, or one with transport ``name``."""
+    port = free_port()
+    if name == "lean":
+        argv = cli_argv("serve", "--port", str(port), "--engine", engine)
+    else:
+        argv = [sys.executable, "-m", "benchmarks.transports", "serve", "--transport", name,
+                "--port", str(port), "--engine", engine]  # fmt: skip
+    return start_http_server(argv, port=port, log_path=Path(tmp) / f"gateway-{name}.log")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--world", default="retail", choices=["airline", "retail", "bank"])
+    parser.add_argument("--transports", default="lean", help="comma list of lean, aiohttp, httpx")
     args = parser.parse_args()
+    names = args.transports.split(",")
 
     world = load_world(args.world)
-    per_request: dict[str, list[float]] = {name: [] for name in MODES}
+    per_request: dict[tuple[str, str], list[float]] = {(n, m): [] for n in names for m in MODES}
     with tempfile.TemporaryDirectory(prefix="rgw-cpu-") as tmp:
-        twin_port, gateway_port = free_port(), free_port()
+        twin_port = free_port()
         twin = start_http_server(
             cli_argv("twin", "--port", str(twin_port), "--latency", "zero", "--seed", "1"),
             port=twin_port, log_path=Path(tmp) / "twin.log",
         )  # fmt: skip
-        gateway = start_http_server(
-            cli_argv("serve", "--port", str(gateway_port), "--engine", twin.url + "/v1"),
-            port=gateway_port, log_path=Path(tmp) / "gateway.log",
-        )  # fmt: skip
+        gateways: dict[str, Proc] = {}
         try:
-            for knobs in MODES.values():  # warm-up: imports, connections, caches
-                asyncio.run(send(gateway.url, world, knobs, 20, args.concurrency))
+            for name in names:
+                gateways[name] = start_gateway(name, twin.url + "/v1", tmp)
+            for gateway in gateways.values():  # warm-up: imports, connections, caches
+                for knobs in MODES.values():
+                    asyncio.run(send(gateway.url, world, knobs, 20, args.concurrency))
             for _ in range(args.rounds):
-                for name, knobs in MODES.items():
-                    before = cpu_seconds(gateway.popen.pid)
-                    asyncio.run(send(gateway.url, world, knobs, args.requests, args.concurrency))
-                    spent = cpu_seconds(gateway.popen.pid) - before
-                    per_request[name].append(spent / args.requests * 1000)
+                for mode, knobs in MODES.items():
+                    for name, gateway in gateways.items():
+                        before = cpu_seconds(gateway.popen.pid)
+                        asyncio.run(
+                            send(gateway.url, world, knobs, args.requests, args.concurrency)
+                        )
+                        spent = cpu_seconds(gateway.popen.pid) - before
+                        per_request[name, mode].append(spent / args.requests * 1000)
         finally:
-            gateway.stop()
+            for gateway in gateways.values():
+                gateway.stop()
             twin.stop()
 
     shape = f"{args.requests} requests x {args.rounds} rounds, concurrency {args.concurrency}"
     print(f"gateway CPU per request ({args.world} world with tools, {shape}, twin latency zero)")
-    for name, values in per_request.items():
-        shown = ", ".join(f"{v:.2f}" for v in values)
-        print(f"  {name:<14} median {statistics.median(values):.2f} ms  (rounds: {shown})")
-    ratio = statistics.median(per_request["parallel K=4"]) / statistics.median(
-        per_request["pass-through"]
-    )
-    print(f"  rehearsed / pass-through: {ratio:.2f}")
+    for name in names:
+        if len(names) > 1:
+            print(f" transport {name}")
+        for mode in MODES:
+            values = per_request[name, mode]
+            shown = ", ".join(f"{v:.2f}" for v in values)
+            median = statistics.median(values)
+            against = ""
+            if name != names[0]:
+                first = statistics.median(per_request[names[0], mode])
+                against = f"  x{median / first:.2f} of {names[0]}"
+            print(f"  {mode:<14} median {median:.2f} ms{against}  (rounds: {shown})")
+        ratio = statistics.median(per_request[name, "parallel K=4"]) / statistics.median(
+            per_request[name, "pass-through"]
+        )
+        print(f"  rehearsed / pass-through: {ratio:.2f}")
     return 0
 
 
