@@ -1,4 +1,9 @@
-"""Fixtures for the gateway suites: gateways, misbehaving engines and a metrics reader."""
+"""Fixtures for the gateway suites: gateways, misbehaving engines and a metrics reader.
+
+Gateways run in this process (``tests.support.inprocess``: uvicorn in a thread, real HTTP on
+loopback, so ``server/`` is measured by coverage); ``process=True`` starts a ``serve`` process
+instead, for tests about the process itself (signals, workers, uvicorn's log lines).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import inprocess
+from tests.support.inprocess import InProcessGateway
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
 
 TWIN_MODEL = "EnvACE-Qwen3-8B"
@@ -18,17 +25,27 @@ FAST_HEALTH = {"RGW_HEALTH_INTERVAL": "0.2", "RGW_HEALTH_TIMEOUT": "0.5"}
 
 
 @pytest.fixture
-def start_gateway(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    """Factory: ``start_gateway(engine_url, …, env={...})`` -> a running ``serve`` process."""
-    started: list[Proc] = []
+def start_gateway(tmp_path: Path) -> Iterator[Callable[..., Proc | InProcessGateway]]:
+    """Factory: ``start_gateway(engine_url, …, env={...})`` -> a running gateway."""
+    started: list[Proc | InProcessGateway] = []
 
     def _start(
-        *engines: str, args: tuple[str, ...] = (), env: dict[str, str] | None = None
-    ) -> Proc:
+        *engines: str,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        process: bool = False,
+    ) -> Proc | InProcessGateway:
+        engine_args = [arg for url in engines for arg in ("--engine", url)]
+        if not process:
+            gateway = inprocess.start_gateway(
+                [*engine_args, *args],
+                log_path=tmp_path / f"gateway-{len(started)}.log",
+                env={**FAST_HEALTH, **(env or {})},
+            )
+            started.append(gateway)
+            return gateway
         port = free_port()
-        argv = ["serve", "--port", str(port)]
-        for url in engines:
-            argv += ["--engine", url]
+        argv = ["serve", "--port", str(port), *engine_args]
         proc = start_http_server(
             cli_argv(*argv, *args),
             port=port,

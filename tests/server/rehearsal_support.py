@@ -15,6 +15,8 @@ import openai
 import redis
 
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL
+from tests.support import inprocess
+from tests.support.inprocess import InProcessGateway
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
 from twin.worlds import Task, World, load_world
 
@@ -26,12 +28,12 @@ class Stack:
     """A running twin, one or more gateways in front of it, and their Redis key prefix."""
 
     twin: Proc
-    gateways: list[Proc]
+    gateways: list[Proc | InProcessGateway]
     prefix: str
     world: World
 
     @property
-    def gateway(self) -> Proc:
+    def gateway(self) -> Proc | InProcessGateway:
         return self.gateways[0]
 
     def sdk(self, index: int = 0, api_key: str = "unused") -> openai.OpenAI:
@@ -72,10 +74,14 @@ def running_stack(
     gateways: int = 1,
     env: dict[str, str] | None = None,
     world: str = "retail",
+    process: bool = False,
 ) -> Iterator[Stack]:
-    """Start a twin and ``gateways`` gateways sharing one Redis prefix; stop and clean after."""
+    """Start a twin and ``gateways`` gateways sharing one Redis prefix; stop and clean after.
+
+    The gateways run in this process unless ``process`` asks for ``serve`` processes.
+    """
     prefix = f"rgwtest-{uuid.uuid4().hex[:8]}:"
-    procs: list[Proc] = []
+    procs: list[Proc | InProcessGateway] = []
     try:
         port = free_port()
         twin = start_http_server(
@@ -84,15 +90,24 @@ def running_stack(
             log_path=logs / f"twin-{port}.log",
         )
         procs.append(twin)
-        fronts: list[Proc] = []
-        for _ in range(gateways):
-            port = free_port()
+        fronts: list[Proc | InProcessGateway] = []
+        for index in range(gateways):
             settings = {
                 **FAST_HEALTH,
                 "RGW_REDIS_URL": REDIS_URL,
                 "RGW_REDIS_PREFIX": prefix,
                 **(env or {}),
             }
+            if not process:
+                front = inprocess.start_gateway(
+                    ["--engine", twin.url + "/v1"],
+                    log_path=logs / f"gateway-{index}.log",
+                    env=settings,
+                )
+                procs.append(front)
+                fronts.append(front)
+                continue
+            port = free_port()
             gateway = start_http_server(
                 cli_argv("serve", "--port", str(port), "--engine", twin.url + "/v1"),
                 port=port,

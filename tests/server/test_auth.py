@@ -53,6 +53,7 @@ def test_gateway_with_keys(start_twin, start_gateway) -> None:
         twin.url + "/v1",
         args=("--access-log", "--log-level", "debug"),
         env={"RGW_API_KEYS": f"{KEY},{OTHER_KEY}"},
+        process=True,  # uvicorn's access log is the process's
     )
     body = {"model": TWIN_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
     chat = gateway.url + "/v1/chat/completions"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL
-from tests.support.procs import Proc, cli_argv, free_port, start_http_server
+from tests.support import inprocess
+from tests.support.inprocess import InProcessGateway
+from tests.support.procs import cli_argv, free_port, start_http_server
 
 LIMIT = 64 * 1024
 
@@ -23,16 +24,15 @@ LIMIT = 64 * 1024
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A gateway with a 64 KiB body limit in front of one twin (shared by this module)."""
     logs = tmp_path_factory.mktemp("bad-input")
-    twin_port, port = free_port(), free_port()
+    twin_port = free_port()
     twin = start_http_server(
         cli_argv("twin", "--port", str(twin_port)), port=twin_port, log_path=logs / "twin.log"
     )
-    proc: Proc | None = None
+    proc: InProcessGateway | None = None
     try:
-        proc = start_http_server(
-            cli_argv("serve", "--port", str(port), "--engine", f"{twin.url}/v1"),
-            port=port,
-            log_path=Path(logs / "gateway.log"),
+        proc = inprocess.start_gateway(
+            ["--engine", f"{twin.url}/v1"],
+            log_path=logs / "gateway.log",
             env={**FAST_HEALTH, "RGW_MAX_BODY_BYTES": str(LIMIT)},
         )
         yield proc.url

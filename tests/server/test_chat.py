@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,6 +12,8 @@ import orjson
 import pytest
 
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL, metric_value
+from tests.support import inprocess
+from tests.support.inprocess import InProcessGateway
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
 
 TOOLS: list[Any] = [
@@ -48,10 +49,10 @@ MESSAGES: list[Any] = [
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc]]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc | InProcessGateway]]:
     """Two identical twins and a gateway in front of both (shared by this module)."""
     logs = tmp_path_factory.mktemp("chat")
-    procs: list[Proc] = []
+    procs: list[Proc | InProcessGateway] = []
     try:
         for name in ("twin_a", "twin_b"):
             port = free_port()
@@ -62,15 +63,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc]]
                     log_path=logs / f"{name}.log",
                 )
             )
-        port = free_port()
-        argv = ["serve", "--port", str(port), "--alias", "envace=" + TWIN_MODEL]
+        argv = ["--alias", "envace=" + TWIN_MODEL]
         for twin in procs:
             argv += ["--engine", twin.url + "/v1"]
-        procs.append(
-            start_http_server(
-                cli_argv(*argv), port=port, log_path=Path(logs / "gateway.log"), env=FAST_HEALTH
-            )
-        )
+        procs.append(inprocess.start_gateway(argv, log_path=logs / "gateway.log", env=FAST_HEALTH))
         yield {"twin": procs[0], "twin_b": procs[1], "gateway": procs[2]}
     finally:
         for proc in procs:

@@ -84,7 +84,7 @@ def test_workers_share_one_exposition(start_twin, start_gateway) -> None:
     """With ``--workers 2`` every worker's counts appear, merged, in any worker's ``/metrics``."""
     twin = start_twin("--seed", "1")
     redis_env = {"RGW_REDIS_URL": "redis://127.0.0.1:6379/0", "RGW_REDIS_PREFIX": "rgwtest-wk:"}
-    gateway = start_gateway(twin.url + "/v1", args=("--workers", "2"), env=redis_env)
+    gateway = start_gateway(twin.url + "/v1", args=("--workers", "2"), env=redis_env, process=True)
     body = {"model": "EnvACE-Qwen3-8B", "messages": [{"role": "user", "content": "hi"}]}
     for _ in range(6):
         # A new connection each time, so both workers take some of the requests.

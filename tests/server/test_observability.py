@@ -188,7 +188,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
            "RGW_TRUST_ENABLED": "false"}  # fmt: skip
     twin = ("--skill", "0", "--fidelity", "1", "--seed", "3", "--latency", "h100",
             "--latency-scale", "0.1")  # fmt: skip
-    with running_stack(logs, twin_args=twin, env=env) as stack:
+    with running_stack(logs, twin_args=twin, env=env, process=True) as stack:
         steps = _script(stack)
         yield Session(stack, steps, stack.gateway.log_path)
 
