@@ -7,8 +7,8 @@ interleaved rounds, and reads the gateway process's CPU time (``/proc/PID/stat``
 round. The result is gateway CPU milliseconds per request; docs/deploy.md turns it into gateway
 replicas per engine.
 
-``--transports lean,aiohttp,httpx`` runs one gateway per engine transport side by side
-(``benchmarks/transports.py``) and adds each one's ratio to ``lean``, the one that ships.
+``--transports aiohttp,httpx`` runs one gateway per engine transport side by side
+(``benchmarks/transports.py``) and adds each one's ratio to the first, ``aiohttp``, which ships.
 
     python -m benchmarks.gateway_cpu [--requests 200] [--rounds 2] [--concurrency 8]
 """
@@ -65,7 +65,7 @@ async def send(url: str, world: World, knobs: dict[str, Any] | None, count: int,
 def start_gateway(name: str, engine: str, tmp: str) -> Proc:
     """A gateway in front of ``engine``: the real ``serve``, or one with transport ``name``."""
     port = free_port()
-    if name == "lean":
+    if name == "aiohttp":  # what ships: the real ``serve``
         argv = cli_argv("serve", "--port", str(port), "--engine", engine)
     else:
         argv = [sys.executable, "-m", "benchmarks.transports", "serve", "--transport", name,
@@ -79,7 +79,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--world", default="retail", choices=["airline", "retail", "bank"])
-    parser.add_argument("--transports", default="lean", help="comma list of lean, aiohttp, httpx")
+    parser.add_argument("--transports", default="aiohttp", help="comma list of aiohttp, httpx")
     args = parser.parse_args()
     names = args.transports.split(",")
 

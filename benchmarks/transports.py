@@ -1,18 +1,20 @@
 """The HTTP client decision: what each engine transport costs in CPU, side by side in one run.
 
-The gateway talks to plain-http engines through ``server/engines/transport.py``, a transport we
-wrote. This benchmark weighs it against the maintained alternatives, all against one engine twin
-with ``--latency zero`` (the engine costs no wall time, so CPU is the gateway's own):
+All against one engine twin with ``--latency zero`` (the engine costs no wall time, so CPU is the
+client's or the gateway's own):
 
-- ``lean``: ``EngineTransport`` (what ships);
-- ``aiohttp``: httpx with ``httpx_aiohttp.AiohttpTransport`` (aiohttp's pool and parser);
+- ``aiohttp``: httpx with ``httpx_aiohttp.AiohttpTransport`` (aiohttp's pool and parser), what
+  ships (``server/engines/client.py``);
 - ``httpx``: httpx's default transport (httpcore).
+
+The hand-written transport these were measured against is gone; its figures, from the same
+benchmark, are in docs/benchmarks.md.
 
 ``clients`` measures the client stack alone, in this process (no gateway): the same chat
 request ``--requests`` times, ``--concurrency`` at a time, with each transport and with a bare
 ``aiohttp.ClientSession`` (aiohttp itself, no httpx on top), in interleaved rounds, as CPU
 milliseconds per request. ``serve`` runs a gateway with one of the transports; it is what
-``python -m benchmarks.gateway_cpu --transports lean,aiohttp,httpx`` starts to measure whole
+``python -m benchmarks.gateway_cpu --transports aiohttp,httpx`` starts to measure whole
 gateways.
 
     python -m benchmarks.transports clients [--requests 400] [--rounds 3] [--concurrency 8]
@@ -39,15 +41,11 @@ from benchmarks.rehearsal import world_request  # noqa: E402
 from tests.support.procs import cli_argv, free_port, start_http_server  # noqa: E402
 from twin.worlds import load_world  # noqa: E402
 
-TRANSPORTS = ("lean", "aiohttp", "httpx")
+TRANSPORTS = ("aiohttp", "httpx")
 
 
 def transport(name: str, connections: int = 64) -> httpx.AsyncBaseTransport:
     """The engine transport called ``name``."""
-    if name == "lean":
-        from server.engines.transport import EngineTransport
-
-        return EngineTransport(max_idle_per_origin=connections)
     if name == "aiohttp":
         from httpx_aiohttp import AiohttpTransport
 
@@ -129,11 +127,12 @@ def clients(args: argparse.Namespace) -> int:
             twin.stop()
     shape = f"{args.requests} requests x {args.rounds} rounds, concurrency {args.concurrency}"
     print(f"client CPU per engine request (retail world request, {shape}, twin latency zero)")
-    lean = statistics.median(spent["lean"])
+    shipped = statistics.median(spent["aiohttp"])
     for name, values in spent.items():
         shown = ", ".join(f"{v:.3f}" for v in values)
         median = statistics.median(values)
-        print(f"  {name:<13} median {median:.3f} ms  x{median / lean:.2f} of lean  ({shown})")
+        ratio = median / shipped
+        print(f"  {name:<13} median {median:.3f} ms  x{ratio:.2f} of aiohttp  ({shown})")
     return 0
 
 

@@ -1,6 +1,6 @@
 """The app factory: ``create_app(settings)`` builds the FastAPI app; its lifespan owns resources.
 
-The lifespan creates the one ``httpx.AsyncClient`` (explicit timeouts and connection limits), the
+The lifespan creates the one HTTP client to the engines (``engine_http_client``), the
 engine pool with a first round of health checks, the background health-check task and the chat
 service, and hands them to routes as one ``GatewayState``. Every part is built once, lower
 layers first, and handed to the ones above it. Middleware is pure ASGI: request accounting
@@ -23,10 +23,9 @@ from fastapi import FastAPI
 from server.chat.responses import ResponsesService
 from server.chat.service import ChatService
 from server.engines.calls import EngineCalls
-from server.engines.client import EngineClient
+from server.engines.client import EngineClient, engine_http_client
 from server.engines.discovery import EngineDiscovery, Resolver, resolve_system
 from server.engines.pool import EnginePool, EnginesReady
-from server.engines.transport import EngineTransport
 from server.http.accounting import RequestAccounting
 from server.http.auth import ApiKeyMiddleware, ApiKeyRing
 from server.http.handlers import add_error_handlers
@@ -58,8 +57,8 @@ def create_app(
     """A gateway app for ``settings``; resources are created when its lifespan starts.
 
     ``resolver`` answers the DNS questions of ``discover=dns`` engines (the system's by default);
-    ``engine_transport`` replaces ``EngineTransport`` for plain-http engines (the transport
-    benchmark compares others through it).
+    ``engine_transport`` replaces the engine client's transport (the transport benchmark
+    compares others through it).
     """
     metrics = GatewayMetrics(settings.metrics_dir)
     keyring = ApiKeyRing(key.get_secret_value() for key in settings.api_keys)
@@ -107,26 +106,7 @@ async def open_state(
         queue_timeout=settings.queue_timeout,
     )
     metrics.start_series(engine.name for engine in pool.engines)
-    # A discovered group may grow; size the (https-only) shared pool for a few engines each.
-    default = settings.engine_max_concurrency
-    connections = sum(
-        ((spec.max_concurrency or default) + 4) * (4 if spec.discover else 1)
-        for spec in settings.engines
-    )
-    http = httpx.AsyncClient(
-        timeout=httpx.Timeout(
-            connect=settings.connect_timeout,
-            read=settings.read_timeout,
-            write=settings.write_timeout,
-            pool=settings.queue_timeout,
-        ),
-        # Plain-http engines go through the lean transport; https ones through httpx's own pool.
-        mounts={"http://": engine_transport or EngineTransport(max_idle_per_origin=connections)},
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        # Relay bytes as the engine sends them; never let proxy variables reroute loopback.
-        headers={"accept-encoding": "identity"},
-        trust_env=False,
-    )
+    http = engine_http_client(settings, engine_transport)
     engines = EngineClient(http, metrics, settings.health_timeout)
     calls = EngineCalls(pool, engines, max_attempts=settings.max_attempts)
     store = open_store(settings)

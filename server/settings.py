@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 Role = Literal["act", "rehearse"]
 ALL_ROLES: frozenset[Role] = frozenset(("act", "rehearse"))
 MASK = "********"
-OPTIONS = ("name", "roles", "model", "max_concurrency", "discover")
+OPTIONS = ("name", "roles", "model", "max_concurrency", "discover", "tls_name")
 
 
 class EngineSpec(BaseModel):
@@ -38,6 +38,9 @@ class EngineSpec(BaseModel):
     max_concurrency: int | None = Field(default=None, ge=1)
     # "dns": the host stands for every address it resolves to (a Kubernetes headless Service).
     discover: Literal["dns"] | None = None
+    # https: the name the engine's certificate is checked against (and its Host header) when the
+    # URL holds an address; discovery sets it to the group's name for every address it finds.
+    tls_name: str | None = None
 
     @field_validator("url")
     @classmethod
@@ -101,6 +104,11 @@ class GatewaySettings(BaseSettings):
     connect_timeout: float = Field(default=3.0, gt=0)
     read_timeout: float = Field(default=300.0, gt=0)
     write_timeout: float = Field(default=30.0, gt=0)
+    # An idle connection to an engine is closed after this long: below uvicorn's (so vLLM's)
+    # 5 s keep-alive, so the engine never closes a socket the gateway is about to reuse.
+    engine_keepalive_s: float = Field(default=4.0, gt=0)
+    # A CA bundle (PEM) for https engines with a private CA; unset: the system's CAs.
+    engine_ca_file: str | None = None
     health_interval: float = Field(default=5.0, gt=0)
     health_timeout: float = Field(default=2.0, gt=0)
     # Seconds between two resolutions of each `discover=dns` engine name.

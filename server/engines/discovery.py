@@ -56,7 +56,10 @@ def expand(spec: EngineSpec, addresses: Sequence[str]) -> list[EngineSpec]:
         netloc = f"{userinfo}@{literal}:{port}" if userinfo else f"{literal}:{port}"
         url = urlunsplit(parts._replace(netloc=netloc))
         name = f"{spec.label}/{address}"
-        specs.append(spec.model_copy(update={"url": url, "name": name, "discover": None}))
+        # TLS still checks the name the group was given, not the address it resolved to.
+        tls_name = spec.tls_name or (parts.hostname if parts.scheme == "https" else None)
+        update = {"url": url, "name": name, "discover": None, "tls_name": tls_name}
+        specs.append(spec.model_copy(update=update))
     return specs
 
 

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -56,6 +57,8 @@ class Engine:
     name: str = ""
     base_url: str = ""  # ends in /v1
     root_url: str = ""  # where /health and /metrics live
+    headers: dict[str, str] = field(default_factory=dict)  # sent on every call (Host, for TLS)
+    extensions: dict[str, str] = field(default_factory=dict)  # httpx's: the TLS server name
     models: tuple[str, ...] = ()
     cards: tuple[dict[str, Any], ...] = ()
     healthy: bool = False
@@ -70,6 +73,10 @@ class Engine:
         self.root_url = self.base_url.removesuffix("/v1")
         self.models = (self.spec.model,) if self.spec.model else ()
         self._key = self.name.encode()
+        if self.spec.tls_name:
+            port = urlsplit(url).port
+            self.headers = {"host": f"{self.spec.tls_name}:{port}" if port else self.spec.tls_name}
+            self.extensions = {"sni_hostname": self.spec.tls_name}
 
     @property
     def roles(self) -> frozenset[Role]:

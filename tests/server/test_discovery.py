@@ -139,6 +139,16 @@ def test_expand_makes_one_engine_per_address() -> None:
     assert default_port[0].url == "http://10.0.0.8:80/v1"
 
 
+def test_expand_keeps_the_tls_name_of_an_https_group() -> None:
+    """An https group's members are checked against the group's name; http ones need none."""
+    group = EngineSpec.parse("https://engines.test:9000/v1,discover=dns")
+    assert {spec.tls_name for spec in expand(group, ["10.0.0.7", "10.0.0.9"])} == {"engines.test"}
+    pinned = EngineSpec.parse("https://engines.test:9000/v1,discover=dns,tls_name=vllm.internal")
+    assert expand(pinned, ["10.0.0.7"])[0].tls_name == "vllm.internal"
+    plain = EngineSpec.parse("http://engines.test:9000/v1,discover=dns")
+    assert expand(plain, ["10.0.0.7"])[0].tls_name is None
+
+
 def test_discover_option_is_validated() -> None:
     """Only ``discover=dns`` is understood; anything else is a settings error naming it."""
     with pytest.raises(ValueError, match="discover"):

@@ -1,0 +1,200 @@
+"""The gateway's HTTP client to engines, built as the lifespan builds it, against real sockets.
+
+Each test pins a behaviour the hand-written transport this client replaced got wrong, with a
+small raw-socket engine where the twin cannot misbehave in the needed way: idle sockets are
+closed, a socket the engine closed is not reused, a close-delimited answer is accepted, streamed
+chunks arrive as sent, https engines get the same client, and a discovered https engine is
+addressed by IP but checked against its name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trustme
+
+from server.engines.client import EngineClient, engine_http_client
+from server.engines.pool import Engine
+from server.errors import EngineUnavailable
+from server.settings import EngineSpec, GatewaySettings
+from server.telemetry.metrics import GatewayMetrics
+
+BODY = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
+ANSWER = b'{"id":"c","object":"chat.completion","choices":[],"usage":null}'
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
+
+
+@asynccontextmanager
+async def raw_engine(
+    handler: Handler, ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[int]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=ssl_context)  # type: ignore[arg-type]
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head + await reader.readexactly(length)
+
+
+def keep_alive_answer(body: bytes = ANSWER) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    return head % len(body) + body
+
+
+def client_for(**settings: object) -> EngineClient:
+    gateway = GatewaySettings(engines=["http://127.0.0.1:1/v1"], **settings)  # type: ignore[arg-type]
+    return EngineClient(engine_http_client(gateway), GatewayMetrics(None), 1.0)
+
+
+def engine(url: str, **spec: object) -> Engine:
+    return Engine(EngineSpec(url=url, **spec), max_concurrency=4)  # type: ignore[arg-type]
+
+
+async def test_idle_sockets_are_closed() -> None:
+    """A kept-alive socket nobody uses is closed by the gateway, not kept for a departed engine."""
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(keep_alive_answer())
+        await writer.drain()
+        await reader.read()  # EOF: the client closed its side
+        closed.set()
+        writer.close()
+
+    client = client_for(engine_keepalive_s=0.2)
+    async with raw_engine(handler) as port:
+        await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
+        await asyncio.wait_for(closed.wait(), timeout=5)
+    await client.http.aclose()
+
+
+async def test_a_socket_the_engine_closed_is_not_reused() -> None:
+    """The engine drops idle keep-alive sockets (as uvicorn does); the next call still works."""
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+        writer.write(keep_alive_answer())
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()  # without saying so: no "connection: close"
+
+    client = client_for()
+    async with raw_engine(handler) as port:
+        target = engine(f"http://127.0.0.1:{port}/v1")
+        for _ in range(3):
+            assert await client.chat(target, BODY, "act") == ANSWER
+            await asyncio.sleep(0.2)
+    await client.http.aclose()
+    assert connections == 3
+
+
+async def test_a_close_delimited_answer_is_accepted() -> None:
+    """An answer without a length or chunks, ended by closing the socket, is read whole."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+        )
+        writer.write(ANSWER)
+        await writer.drain()
+        writer.close()
+
+    client = client_for()
+    async with raw_engine(handler) as port:
+        assert await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act") == ANSWER
+    await client.http.aclose()
+
+
+async def test_stream_chunks_arrive_as_sent() -> None:
+    """The first chunk of a stream is handed over before the engine sends the rest."""
+    go_on = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+        writer.write(b"transfer-encoding: chunked\r\n\r\n")
+        event = b"data: {}\n\n"
+        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+        await writer.drain()
+        await go_on.wait()
+        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(b"data: [DONE]\n\n"), b"data: [DONE]\n\n"))
+        await writer.drain()
+        writer.close()
+
+    client = client_for()
+    async with raw_engine(handler) as port:
+        started = time.monotonic()
+        stream = await client.open_stream(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
+        assert stream.first == b"data: {}\n\n"
+        assert time.monotonic() - started < 2
+        go_on.set()
+        assert b"".join([part async for part in stream.rest()]) == b"data: [DONE]\n\n"
+        await stream.aclose()
+    await client.http.aclose()
+
+
+async def test_a_refused_engine_is_unavailable() -> None:
+    """Nothing listening: the engine error that moves a call to another engine."""
+    async with raw_engine(lambda r, w: w.close()) as port:
+        pass  # the port is free again
+    client = client_for()
+    with pytest.raises(EngineUnavailable):
+        await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
+    await client.http.aclose()
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server context with a certificate for ``engine.test`` and the CA file that trusts it."""
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("engine.test").configure_cert(context)
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    return context, bundle
+
+
+async def test_https_engines_use_the_same_client_and_names_survive_discovery(
+    tls: tuple[ssl.SSLContext, Path],
+) -> None:
+    """A discovered https engine is called at its address, but TLS checks the group's name."""
+    context, bundle = tls
+    hosts: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await read_request(reader)
+        hosts.extend(line for line in request.split(b"\r\n") if line.lower().startswith(b"host:"))
+        writer.write(keep_alive_answer())
+        await writer.drain()
+        writer.close()
+
+    client = client_for(engine_ca_file=str(bundle))
+    async with raw_engine(handler, context) as port:
+        by_address = engine(f"https://127.0.0.1:{port}/v1", tls_name="engine.test")
+        assert await client.chat(by_address, BODY, "act") == ANSWER
+        wrong = engine(f"https://127.0.0.1:{port}/v1")  # no name: the certificate does not match
+        with pytest.raises(EngineUnavailable):
+            await client.chat(wrong, BODY, "act")
+    await client.http.aclose()
+    assert hosts == [f"host: engine.test:{port}".encode()]
