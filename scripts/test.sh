@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command behind `make test`: Redis up (started and stopped here if needed), then pytest.
 # With no arguments it runs the pure core's suite first under a 100% branch-coverage gate, then
-# everything else. pytest's exit 5 ("no tests collected") is a failure: an empty run proves nothing.
+# everything else with server/'s coverage measured (floor 90%). pytest's exit 5 ("no tests
+# collected") is a failure: an empty run proves nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/redis.sh
@@ -27,5 +28,6 @@ fi
 echo "== rehearsal/ core, 100% branch coverage required =="
 run_pytest tests/rehearsal -q --cov=rehearsal --cov-branch --cov-report=term-missing:skip-covered \
     --cov-fail-under=100 || exit 1
-echo "== everything else =="
-run_pytest --ignore=tests/rehearsal
+echo "== everything else, server/ coverage at least 90% (in-process gateways and processes alike) =="
+run_pytest --ignore=tests/rehearsal --cov=server --cov-report=term-missing:skip-covered \
+    --cov-fail-under=90
