@@ -6,9 +6,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
 from tests.support.vllm import VllmEnvMissing, start_vllm
+
+# Hypothesis's default 200 ms deadline per example measures the machine, not the code: on a
+# loaded 2-core machine a pure parser example overran it. Examples stay bounded by count.
+settings.register_profile("project", deadline=None)
+settings.load_profile("project")
 
 
 @pytest.fixture
