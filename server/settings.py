@@ -6,8 +6,10 @@ The CLI turns its flags into the same variables, so ``serve --engine URL`` and
 
 An engine is written ``URL[,key=value…]`` with keys ``name``, ``roles`` (``act+rehearse``),
 ``model`` (the engine's served model name; discovered from ``/v1/models`` when omitted),
-``max_concurrency`` and ``discover=dns`` (the URL's host names a group of engines, one per address
-it resolves to, re-resolved every ``discovery_interval`` seconds; ``server/engines/discovery.py``).
+``max_concurrency``, ``router=vllm-router`` (the URL is a router in front of a fleet of engines;
+``server/engines/routers.py``) and ``discover=dns`` (the URL's host names a group of engines, one
+per address it resolves to, re-resolved every ``discovery_interval`` seconds;
+``server/engines/discovery.py``).
 ``RGW_ENGINES`` holds several, separated by whitespace, or a JSON list.
 """
 
@@ -21,9 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Role = Literal["act", "rehearse"]
+RouterKind = Literal["vllm-router"]
 ALL_ROLES: frozenset[Role] = frozenset(("act", "rehearse"))
 MASK = "********"
-OPTIONS = ("name", "roles", "model", "max_concurrency", "discover", "tls_name")
+OPTIONS = ("name", "roles", "model", "max_concurrency", "discover", "tls_name", "router")
 
 
 class EngineSpec(BaseModel):
@@ -41,6 +44,9 @@ class EngineSpec(BaseModel):
     # https: the name the engine's certificate is checked against (and its Host header) when the
     # URL holds an address; discovery sets it to the group's name for every address it finds.
     tls_name: str | None = None
+    # The URL is a router (balancing, health and retries across its engines are its own); the
+    # gateway tells it which calls belong together in the form that kind of router hashes on.
+    router: RouterKind | None = None
 
     @field_validator("url")
     @classmethod

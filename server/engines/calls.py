@@ -60,12 +60,16 @@ class EngineCalls:
     ) -> bytes:
         """One non-streamed engine call for ``role``; retried elsewhere when that is safe."""
         tried: set[str] = set()
+        attempts = 0
         while True:
             engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
             try:
-                return await self.engines.chat(engine, payload, label, path=path, method=method)
+                return await self.engines.chat(
+                    engine, payload, label, affinity=affinity, path=path, method=method
+                )
             except EngineError as exc:
-                self._after_failure(engine, exc, tried)
+                attempts += 1
+                self._after_failure(engine, exc, tried, attempts)
             finally:
                 self.pool.release(engine)
 
@@ -81,25 +85,38 @@ class EngineCalls:
     ) -> StreamAnswer:
         """A streamed engine call whose first chunk has arrived; retried elsewhere before it."""
         tried: set[str] = set()
+        attempts = 0
         while True:
             engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
             try:
-                stream = await self.engines.open_stream(engine, payload, label, path=path)
+                stream = await self.engines.open_stream(
+                    engine, payload, label, affinity=affinity, path=path
+                )
             except EngineError as exc:
                 self.pool.release(engine)
-                self._after_failure(engine, exc, tried)
+                attempts += 1
+                self._after_failure(engine, exc, tried, attempts)
                 continue
             except BaseException:
                 self.pool.release(engine)
                 raise
             return StreamAnswer(stream, self.pool)
 
-    def _after_failure(self, engine: Engine, exc: EngineError, tried: set[str]) -> None:
-        """Re-raise unless another engine may be tried."""
+    def _after_failure(
+        self, engine: Engine, exc: EngineError, tried: set[str], attempts: int
+    ) -> None:
+        """Re-raise unless another try may be made.
+
+        A failed engine is not tried again for this call. A router that answered with a failure
+        is: the failure was one of its engines', and the router sends the retry to another once
+        it has taken that one out (vllm-router's circuit breaker; ``docs/deploy.md``). A router
+        that cannot be reached is an engine like any other.
+        """
         if exc.kind == "connect":
             self.pool.mark_unreachable(engine)
-        tried.add(engine.name)
-        if not exc.retryable or len(tried) >= self.max_attempts:
+        if engine.router is None or exc.kind == "connect":
+            tried.add(engine.name)
+        if not exc.retryable or attempts >= self.max_attempts:
             raise exc
         if not any(e.healthy and e.name not in tried for e in self.pool.engines):
             raise exc

@@ -95,6 +95,18 @@ def engine_headers(engine: Engine, role: str) -> dict[str, str]:
     return headers
 
 
+def call_headers(engine: Engine, role: str, affinity: bytes) -> dict[str, str]:
+    """``engine_headers``, plus the affinity key in the form a router hashes on.
+
+    vllm-router reads ``x-session-id`` before ``x-request-id``, so the per-call request id
+    above does not scatter one rehearsal's calls (``server/engines/routers.py``).
+    """
+    headers = engine_headers(engine, role)
+    if engine.router is None:
+        return headers
+    return {**headers, **engine.router.headers(affinity)}
+
+
 def count_usage(metrics: GatewayMetrics, body: bytes) -> None:
     """Count a pass-through answer's ``usage`` (a JSON body, or one SSE chunk's data)."""
     try:
@@ -210,6 +222,7 @@ class EngineClient:
         payload: bytes | None,
         role: str,
         *,
+        affinity: bytes = b"",
         path: str = CHAT_PATH,
         method: str = "POST",
     ) -> bytes:
@@ -225,7 +238,7 @@ class EngineClient:
                     method,
                     engine.root_url + path,
                     content=payload,
-                    headers=engine_headers(engine, role),
+                    headers=call_headers(engine, role, affinity),
                     extensions=engine.extensions,
                 )
         except httpx.HTTPError as exc:
@@ -239,7 +252,13 @@ class EngineClient:
         return response.content
 
     async def open_stream(
-        self, engine: Engine, payload: bytes, role: str, *, path: str = CHAT_PATH
+        self,
+        engine: Engine,
+        payload: bytes,
+        role: str,
+        *,
+        affinity: bytes = b"",
+        path: str = CHAT_PATH,
     ) -> EngineStream:
         """Start a streamed call (a chat completion by default) and wait for its first chunk.
 
@@ -251,7 +270,7 @@ class EngineClient:
             "POST",
             engine.root_url + path,
             content=payload,
-            headers=engine_headers(engine, role),
+            headers=call_headers(engine, role, affinity),
             extensions=engine.extensions,
         )
         try:
@@ -281,7 +300,11 @@ class EngineClient:
         return stream
 
     async def probe(self, engine: Engine) -> Probe:
-        """One health check: liveness, queue depth and served models. Never raises."""
+        """One health check: liveness, queue depth and served models. Never raises.
+
+        A router's queue depth is not read: its ``/metrics`` is one of its engines' (whichever
+        it forwards to), and the fleet's load is the router's to balance anyway.
+        """
 
         def get(url: str) -> Awaitable[httpx.Response]:
             return self.http.get(
@@ -291,18 +314,21 @@ class EngineClient:
                 extensions=engine.extensions,
             )
 
+        depth = 0.0
         try:
-            health = await get(engine.root_url + "/health")
+            health = await get(engine.root_url + engine.health_path)
             if health.status_code != 200:
                 return Probe(healthy=False, models=engine.models)
             models = await get(engine.base_url + "/models")
-            metrics = await get(engine.root_url + "/metrics")
+            if engine.router is None:
+                metrics = await get(engine.root_url + "/metrics")
+                depth = queue_depth(metrics.text) if metrics.status_code == 200 else 0.0
         except httpx.HTTPError:
             return Probe(healthy=False, models=engine.models)
         cards = model_cards(models.content) if models.status_code == 200 else ()
         return Probe(
             healthy=True,
-            queue_depth=queue_depth(metrics.text) if metrics.status_code == 200 else 0.0,
+            queue_depth=depth,
             models=model_ids(cards) if models.status_code == 200 else engine.models,
             cards=cards,
         )

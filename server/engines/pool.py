@@ -12,6 +12,11 @@ Health comes from two sides: a periodic probe (``/health``, ``/metrics`` for the
 ``/v1/models`` for served names) and passive marking when a call cannot connect. The pool holds no
 HTTP client: probing is a function handed to ``run_health_checks``.
 
+An entry may be a router in front of a fleet (``router=vllm-router``,
+``server/engines/routers.py``): the pool then treats it as one engine with no concurrency limit of
+its own unless one is configured, and every call to it carries the call's affinity key in the form
+that router hashes on.
+
 The set of engines may change while serving: ``replace_group`` swaps the members of one
 discovered group (``server/engines/discovery.py``). Calls in flight on a departed engine finish
 there; only new calls stop going to it.
@@ -29,12 +34,17 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from server.engines.routers import DIALECTS, RouterDialect
 from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
 from server.settings import EngineSpec, Role
 from server.telemetry.metrics import GatewayMetrics
 from server.telemetry.readiness import CheckResult
 
 log = logging.getLogger("rehearsal_gateway.engines")
+
+# A router queues and sheds load across its fleet itself (vllm-router: --max-concurrent-requests,
+# --queue-size); a per-entry cap sized for one engine would throttle the whole fleet.
+ROUTER_CONCURRENCY = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +74,7 @@ class Engine:
     healthy: bool = False
     in_flight: int = 0
     queue_depth: float = 0.0
+    router: RouterDialect | None = None
     _key: bytes = b""
 
     def __post_init__(self) -> None:
@@ -77,6 +88,11 @@ class Engine:
             port = urlsplit(url).port
             self.headers = {"host": f"{self.spec.tls_name}:{port}" if port else self.spec.tls_name}
             self.extensions = {"sni_hostname": self.spec.tls_name}
+        self.router = DIALECTS[self.spec.router] if self.spec.router else None
+
+    @property
+    def health_path(self) -> str:
+        return self.router.health_path if self.router else "/health"
 
     @property
     def roles(self) -> frozenset[Role]:
@@ -95,6 +111,13 @@ class Engine:
         """Rendezvous-hash weight of this engine for an affinity key."""
         digest = hashlib.blake2b(affinity + self._key, digest_size=8).digest()
         return int.from_bytes(digest, "big")
+
+
+def concurrency_limit(spec: EngineSpec, default: int) -> int:
+    """How many calls the gateway lets one entry carry at once."""
+    if spec.max_concurrency:
+        return spec.max_concurrency
+    return ROUTER_CONCURRENCY if spec.router else default
 
 
 def affinity_key(session_id: str | None, user: str | None, messages: Sequence[object]) -> bytes:
@@ -130,7 +153,7 @@ class EnginePool:
         queue_timeout: float,
     ) -> EnginePool:
         engines = [
-            Engine(spec, spec.max_concurrency or default_concurrency)
+            Engine(spec, concurrency_limit(spec, default_concurrency))
             for spec in specs
             if spec.discover is None  # a discovered group joins when its name first resolves
         ]
@@ -148,7 +171,7 @@ class EnginePool:
         wanted = {spec.label: spec for spec in specs}
         gone = [engine for name, engine in current.items() if name not in wanted]
         added = [
-            Engine(spec, spec.max_concurrency or default_concurrency, group=group)
+            Engine(spec, concurrency_limit(spec, default_concurrency), group=group)
             for name, spec in wanted.items()
             if name not in current
         ]
