@@ -125,6 +125,7 @@ class GatewaySettings(BaseSettings):
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
 
     # The store (used by rehearsal); None means the in-process store (one process only).
+    # redis://, redis+cluster://HOSTS/ or redis+sentinel://HOSTS/SERVICE (server/store/connect.py).
     redis_url: SecretStr | None = None
     redis_prefix: str = Field(default="rgw:", min_length=1)
     redis_timeout: float = Field(default=0.25, gt=0, le=10)
@@ -188,6 +189,14 @@ class GatewaySettings(BaseSettings):
         labels = [spec.label for spec in value]
         if len(set(labels)) != len(labels):
             raise ValueError(f"engine names must be unique, got {labels}")
+        return value
+
+    @field_validator("redis_prefix")
+    @classmethod
+    def _prefix_without_braces(cls, value: str) -> str:
+        # A brace would become the Redis Cluster hash tag of every key (server/store/keys.py).
+        if "{" in value or "}" in value:
+            raise ValueError(f"the Redis key prefix may not contain braces, got {value!r}")
         return value
 
     @field_validator("aliases", mode="before")

@@ -19,10 +19,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 import orjson
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from server.errors import StoreUnavailable
+from server.store.connect import connect
 from server.store.keys import Keys, Lifetimes, args_hash
 from server.telemetry.waits import waiting
 
@@ -137,9 +137,11 @@ def _loads(raw: bytes | str | None) -> JSONObject | None:
 
 
 class RedisStore:
-    """The store on a Redis server. One connection pool, owned by the app's lifespan."""
+    """The store on Redis: one node, a Cluster or a Sentinel'd primary (``server/store/connect``).
 
-    kind = "redis"
+    One client, owned by the app's lifespan. Nothing here assumes one node: every command touches
+    one key, or keys that share a hash tag (``server/store/keys.py``), so each lands on one slot.
+    """
 
     def __init__(
         self,
@@ -152,14 +154,10 @@ class RedisStore:
     ) -> None:
         self.keys = keys or Keys()
         self.lifetimes = lifetimes or Lifetimes()
-        self._redis = aioredis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            max_connections=max_connections,
-            retry_on_timeout=False,
-            health_check_interval=30,
-        )
+        self._connection = connect(url, timeout_s=timeout_s, max_connections=max_connections)
+        self._redis = self._connection.client
+        # "redis", "redis-cluster" or "redis-sentinel": what /ready and the start-up line say.
+        self.kind = "redis" if self._connection.kind == "node" else f"redis-{self._connection.kind}"
         self._trust_script = self._redis.register_script(TRUST_SCRIPT)
 
     @_waited
@@ -170,7 +168,7 @@ class RedisStore:
             raise StoreUnavailable("ping", type(exc).__name__) from exc
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._connection.aclose()
 
     @_waited
     async def save_trace(self, tenant: str, rehearsal_id: str, trace: JSONObject) -> None:

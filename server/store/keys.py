@@ -5,14 +5,28 @@ gateway's data with a single pattern, and every key carries a TTL so that nothin
 writes outlives its use. Tenant ids are already hashes (never API keys in clear), and argument
 values never appear in a key: grounding is addressed by a hash of the canonical arguments.
 
-    {prefix}trace:{tenant}:{rehearsal_id}         JSON trace of one rehearsal
-    {prefix}pending:{tenant}:{tool_call_id}       JSON imagined observation awaiting the real result
-    {prefix}memory:{tenant}:{session}             list of JSON memory entries, newest first, capped
-    {prefix}ground:{tenant}:{tool}:{args_hash}    JSON real observation for exactly these arguments
-    {prefix}ground-recent:{tenant}:{tool}         list of args hashes, newest first, capped
-    {prefix}trust:{tenant}                        hash "{tool}:{cell}" -> count of imagined x real
+    {prefix}trace:{<tenant>:<rehearsal_id>}       JSON trace of one rehearsal
+    {prefix}pending:{<tenant>:<tool_call_id>}     JSON imagined observation awaiting the real result
+    {prefix}memory:{<tenant>:<session>}           list of JSON memory entries, newest first, capped
+    {prefix}ground:{<tenant>:<tool>}:<args_hash>  JSON real observation for exactly these arguments
+    {prefix}ground-recent:{<tenant>:<tool>}       list of args hashes, newest first, capped
+    {prefix}trust:{<tenant>}                      hash "{tool}:{cell}" -> count of imagined x real
                                                   outcome pairs (cells ee/eo/oe/oo; tool "*" is
                                                   the tenant pooled); halved past a window
+
+The braces are Redis **hash tags**: in a Redis Cluster only the part between the first ``{`` and
+the next ``}`` picks the slot. The rule is that a key's tag is the narrowest identity that every
+command or transaction touching it stays within. So a tool's observations and its recent list share
+``{tenant:tool}`` (``save_grounding`` writes both in one transaction, ``grounding`` reads them with
+one ``MGET``), while traces, pending records and memory lists, which are only ever touched one key
+at a time, each get a tag of their own and spread evenly over the shards. A key that stands for a
+whole tenant (the trust table, per-tenant counters or rate limits) is tagged ``{tenant}``
+(``tag(tenant)``) and lands on one slot with nothing else required beside it: the trust script
+touches that one key. Tagging every key by tenant alone would be simpler, but a gateway without
+API keys has one tenant, and all its data would sit on one shard of the cluster. The tag comes
+first in each key, so braces inside a session id or a tool name cannot move a key elsewhere; the
+prefix may not contain braces for the same reason (``server/settings.py``). On a single node or
+behind Sentinel the tags are just characters.
 """
 
 from __future__ import annotations
@@ -43,6 +57,11 @@ def args_hash(canonical_arguments: str) -> str:
     return hashlib.blake2b(canonical_arguments.encode(), digest_size=12).hexdigest()
 
 
+def tag(*parts: str) -> str:
+    """A hash tag over ``parts``: keys with equal tags share a Redis Cluster slot."""
+    return "{" + ":".join(parts) + "}"
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
     """Builds the gateway's Redis keys under one prefix."""
@@ -50,23 +69,23 @@ class Keys:
     prefix: str = DEFAULT_PREFIX
 
     def trace(self, tenant: str, rehearsal_id: str) -> str:
-        return f"{self.prefix}trace:{tenant}:{rehearsal_id}"
+        return f"{self.prefix}trace:{tag(tenant, rehearsal_id)}"
 
     def pending(self, tenant: str, tool_call_id: str) -> str:
-        return f"{self.prefix}pending:{tenant}:{tool_call_id}"
+        return f"{self.prefix}pending:{tag(tenant, tool_call_id)}"
 
     def memory(self, tenant: str, session: str) -> str:
-        return f"{self.prefix}memory:{tenant}:{session}"
+        return f"{self.prefix}memory:{tag(tenant, session)}"
 
     def grounding(self, tenant: str, tool: str, hashed_args: str) -> str:
-        return f"{self.prefix}ground:{tenant}:{tool}:{hashed_args}"
+        return f"{self.prefix}ground:{tag(tenant, tool)}:{hashed_args}"
 
     def grounding_recent(self, tenant: str, tool: str) -> str:
-        return f"{self.prefix}ground-recent:{tenant}:{tool}"
+        return f"{self.prefix}ground-recent:{tag(tenant, tool)}"
 
     def trust(self, tenant: str) -> str:
-        return f"{self.prefix}trust:{tenant}"
+        return f"{self.prefix}trust:{tag(tenant)}"
 
     def pattern(self) -> str:
-        """A SCAN pattern matching every key this prefix owns."""
+        """A SCAN pattern matching every key this prefix owns (per node, for an operator)."""
         return f"{self.prefix}*"
