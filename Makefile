@@ -44,13 +44,15 @@ demo: install
 
 ## Benchmarks, not tests: gateway overhead vs. the twin (same run, interleaved rounds), what
 ## rehearsal costs and buys, whether its decisions help or harm across imagination fidelity,
-## gateway CPU per request and Redis bytes per session (docs/benchmarks.md, docs/deploy.md).
+## gateway CPU per request, then the sizing table for 10/100/1,000 engines from vllm-router's
+## CPU per call and Redis bytes and commands per turn, rerun here (docs/benchmarks.md,
+## docs/deploy.md).
 bench: install
 	$(PY) -m benchmarks.overhead
 	$(PY) -m benchmarks.rehearsal
 	$(PY) -m benchmarks.decisions
 	$(PY) -m benchmarks.gateway_cpu
-	bash -c 'source scripts/redis.sh && ensure_redis && trap stop_redis_if_started EXIT && $(PY) -m benchmarks.redis_memory'
+	$(PY) -m benchmarks.sizing --measure
 
 clean:
 	rm -rf $(VENV) .venv-vllm .cache .pytest_cache .mypy_cache .ruff_cache
