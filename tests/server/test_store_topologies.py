@@ -106,7 +106,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 async def test_the_store_works_on_a_cluster_and_spreads_over_its_masters(cluster: Cluster) -> None:
-    """Every store operation runs on the Cluster, one tenant's keys reach all three masters."""
+    """Every store operation (the trust script too) runs on the Cluster; one tenant's keys reach
+    all three masters."""
     prefix = f"rgwtest-{uuid.uuid4().hex[:8]}:"
     lifetimes = Lifetimes(memory_max_entries=3, grounding_max_per_tool=2)
     store = RedisStore(cluster.url, keys=Keys(prefix=prefix), lifetimes=lifetimes)
@@ -126,6 +127,9 @@ async def test_the_store_works_on_a_cluster_and_spreads_over_its_masters(cluster
             await store.save_grounding("t", "get_order", f'{{"id":{n}}}', {"result": n})
         found = await store.grounding("t", "get_order", '{"id":2}', 5)
         assert found == [{"result": 2}, {"result": 3}]
+        for cell in ("oo", "oo", "eo"):  # the trust table: one Lua script on one key
+            await store.record_trust("t", "get_order", cell)
+        assert (await store.trust_table("t"))["get_order"] == {"oo": 2, "eo": 1}
         per_node = cluster.keys_per_node(prefix)
         assert min(per_node) > 0, f"one tenant's keys did not spread: {per_node}"
         client = cluster.nodes[0].client()
