@@ -232,7 +232,7 @@ async def test_the_store_fails_fast_then_resumes_after_a_sentinel_failover(
         assert store.kind == "redis-sentinel"
         await store.append_memory("t", "s", [{"before": 1}])
         await store.save_grounding("t", "get_order", '{"id":1}', {"result": 1})
-        assert pair.primary.client().wait(1, 2000) == 1  # the replica has both writes
+        assert pair.primary.ask("WAIT", 1, 2000) == 1  # the replica has both writes
         pair.primary.kill()
         slowest, failures, resumed_after = 0.0, 0, None
         started = time.monotonic()

@@ -33,6 +33,11 @@ class RedisProc:
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=2, decode_responses=True)
 
+    def ask(self, *command: str | int) -> object:
+        """One command on a connection of its own, closed at once."""
+        with self.client() as client:
+            return client.execute_command(*command)
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -94,7 +99,7 @@ def start_redis(
         if popen.poll() is not None:
             raise RuntimeError(f"redis-server on {port} exited: {proc.log()}")
         with contextlib.suppress(redis.RedisError):
-            if proc.client().ping():
+            if proc.ask("PING"):
                 return proc
         time.sleep(0.05)
     proc.stop()
@@ -212,7 +217,8 @@ def redis_sentinel(workdir: Path, sentinels: int = 3) -> Iterator[SentinelPair]:
 def _wait_replicated(replica: RedisProc) -> None:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        info = replica.client().info("replication")
+        with replica.client() as client:
+            info = client.info("replication")
         if info.get("master_link_status") == "up":
             return
         time.sleep(0.05)
