@@ -136,6 +136,10 @@ async def open_state(
     try:
         await discovery.refresh()
         await pool.check_all(engines.probe)
+        # Also the store's first connections, before the first request needs them: a Redis
+        # Cluster client learns the slot map on its first command, which can outlast the
+        # request path's RGW_REDIS_TIMEOUT on a busy host. Unreachable only degrades (/ready).
+        store_state = await StoreReady(store).check()
         interval = settings.health_interval
         health = asyncio.create_task(pool.run_health_checks(engines.probe, interval))
         tasks = [health]
@@ -146,7 +150,7 @@ async def open_state(
             len(pool.engines),
             sum(engine.healthy for engine in pool.engines),
             "on" if keyring.enabled else "off",
-            store.kind,
+            store_state.detail,
         )
         try:
             yield state
