@@ -16,6 +16,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
@@ -78,6 +79,23 @@ def relay_affinity(session_id: str | None, body: Mapping[str, Any]) -> bytes:
     if session_id or isinstance(user, str):
         return affinity_key(session_id, user if isinstance(user, str) else None, [])
     return b"r:" + hashlib.blake2b(orjson.dumps(dict(body)), digest_size=16).digest()
+
+
+def engine_path(route: RelayedRoute, params: Mapping[str, str], query: str) -> str:
+    """The path asked of the engine: ``route``'s template, each parameter percent-encoded.
+
+    Never the client's path as decoded: a ``%2F`` or a ``..`` in a parameter would become a
+    segment of the engine's URL (and httpx drops dot segments), reaching another engine route
+    — one of ``NOT_RELAYED`` even — and a ``%03`` would be a URL httpx refuses to build.
+    """
+    segments = {name: _segment(value) for name, value in params.items()}
+    path = route.path.format_map(segments)
+    return f"{path}?{query}" if query else path
+
+
+def _segment(value: str) -> str:
+    encoded = quote(value, safe="")
+    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
 
 
 def decode_object(raw: bytes) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.chat.relayed import RELAYED, RelayedRoute, RouteRelay
+from server.chat.relayed import RELAYED, RelayedRoute, RouteRelay, engine_path
 from server.engines.calls import StreamAnswer
 from server.http.body import read_body
 from server.http.relay import StreamRelay, json_response, until_disconnect
@@ -25,9 +25,7 @@ def _endpoint(route: RelayedRoute) -> Endpoint:
         setattr(request.state, RELAYED_STATE_KEY, route.path)
         limit = state.settings.max_body_bytes
         raw = b"" if route.method == "GET" else await read_body(request, limit)
-        path = request.url.path
-        if request.url.query:
-            path += "?" + request.url.query
+        path = engine_path(route, request.path_params, request.url.query)
         work = RouteRelay(state.chat).relay(
             route, path, raw, session_id=request.headers.get("x-session-id")
         )

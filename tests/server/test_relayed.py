@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 from collections.abc import Iterator
+from urllib.parse import unquote
 
 import httpx
 import openai
@@ -103,3 +106,32 @@ def test_the_route_tables_do_not_overlap() -> None:
     """A vLLM route is either relayed or documented as kept back, never both."""
     relayed = {route.path for route in RELAYED}
     assert not relayed & set(NOT_RELAYED)
+
+
+@pytest.mark.parametrize(
+    "raw_id",
+    [
+        pytest.param("%2F..%2Fversion", id="encoded-slash-dots"),
+        pytest.param("%C3%82%03.", id="control-character"),
+        pytest.param("..", id="dot-segment"),
+    ],
+)
+def test_a_path_parameter_stays_the_parameter(stack: dict[str, Proc], raw_id: str) -> None:
+    """An id holding '/', '..' or a control character is a 404 for that id, never another route.
+
+    Relaying the decoded path would reach another engine route (httpx drops dot segments) or
+    fail to build the URL (a 500). An encoded '/' matches no route of ours (nor of vLLM's own
+    router): our 404. ``http.client`` sends the path as written.
+    """
+    connection = http.client.HTTPConnection("127.0.0.1", stack["gateway"].port, timeout=10)
+    try:
+        connection.request("GET", "/v1/responses/" + raw_id)
+        answer = connection.getresponse()
+        status, body = answer.status, json.loads(answer.read())
+    finally:
+        connection.close()
+    assert status == 404
+    assert set(body) == {"error"}
+    if "%2F" not in raw_id:
+        assert body["error"]["param"] == "response_id"  # the twin's stored-response route
+        assert unquote(raw_id) in body["error"]["message"]
