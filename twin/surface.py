@@ -11,6 +11,7 @@ stores none unless told to), so ``GET /v1/responses/{id}`` is vLLM's 404.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -145,6 +146,53 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+# The item types the twin plays -> their required fields and JSON types. vLLM validates every
+# item with OpenAI's item models and answers 400 naming the first one that does not fit; other
+# item types (reasoning, item references, …) are accepted there and not played here.
+_ITEM_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "message": {"role": str, "content": (str, list)},
+    "function_call": {"call_id": str, "name": str, "arguments": str},
+    "function_call_output": {"call_id": str, "output": (str, list)},
+}
+_ROLES = ("user", "system", "developer", "assistant")
+
+
+def _read_item(messages: list[JsonObject], item: Any, where: str) -> None:
+    """Append one input item to ``messages`` as chat sees it, or refuse it as vLLM would."""
+    if not isinstance(item, dict):
+        raise TwinError("Input should be a valid dictionary or object", param=where)
+    kind = item.get("type", "message")
+    if not isinstance(kind, str):
+        raise TwinError("Input should be a valid string", param=f"{where}.type")
+    fields = _ITEM_FIELDS.get(kind)
+    if fields is None:
+        return
+    for name, kinds in fields.items():
+        if name not in item:
+            raise TwinError("Field required", param=f"{where}.{name}")
+        if not isinstance(item[name], kinds):
+            raise TwinError("Input should be a valid string", param=f"{where}.{name}")
+    if kind == "message":
+        if item["role"] not in _ROLES:
+            raise TwinError(f"Input should be {', '.join(map(repr, _ROLES))}",
+                            param=f"{where}.role")  # fmt: skip
+        messages.append({"role": item["role"], "content": _content_text(item["content"])})
+    elif kind == "function_call":
+        call = {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item["arguments"]},
+        }
+        last = messages[-1] if messages else {}
+        if last.get("role") == "assistant":
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                         "content": _content_text(item["output"])})  # fmt: skip
+
+
 def responses_as_chat(body: Any) -> JsonObject:
     """A Responses body as the chat body the twin plays it with (vLLM converts the same way)."""
     if not isinstance(body, dict) or not isinstance(body.get("input"), str | list):
@@ -155,24 +203,8 @@ def responses_as_chat(body: Any) -> JsonObject:
     items = body["input"]
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
-    for item in items:
-        kind = item.get("type", "message") if isinstance(item, dict) else None
-        if kind == "message":
-            messages.append({"role": item.get("role"), "content": _content_text(item["content"])})
-        elif kind == "function_call":
-            call = {
-                "id": item.get("call_id"),
-                "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments")},
-            }
-            last = messages[-1] if messages else {}
-            if last.get("role") == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
-                             "content": _content_text(item.get("output"))})  # fmt: skip
+    for at, item in enumerate(items):
+        _read_item(messages, item, f"input[{at}]")
     skip = (
         "input",
         "instructions",
@@ -189,17 +221,21 @@ def responses_as_chat(body: Any) -> JsonObject:
     )
     chat = {k: v for k, v in body.items() if k not in skip}
     chat["messages"] = messages
-    tools = [
-        t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "function"
-    ]
+    listed = body.get("tools") or []
+    if not isinstance(listed, list):
+        raise TwinError("Input should be a valid list", param="tools")
+    tools = [t for t in listed if isinstance(t, dict) and t.get("type") == "function"]
     if tools:
         keys = ("name", "description", "parameters")
         chat["tools"] = [
             {"type": "function", "function": {k: t[k] for k in keys if k in t}} for t in tools
         ]
         choice = body.get("tool_choice", "auto")
-        chat["tool_choice"] = choice if isinstance(choice, str) else {
-            "type": "function", "function": {"name": choice.get("name")}}  # fmt: skip
+        if isinstance(choice, dict):
+            choice = {"type": "function", "function": {"name": choice.get("name")}}
+        elif not isinstance(choice, str):
+            raise TwinError("Input should be a valid string or object", param="tool_choice")
+        chat["tool_choice"] = choice
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     return chat
@@ -271,7 +307,11 @@ class EventWriter:
     def event(self, kind: str, **fields: Any) -> bytes:
         data = {**fields, "sequence_number": self.sequence, "type": kind}
         self.sequence += 1
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+        try:
+            payload = orjson.dumps(data)
+        except TypeError:  # an echoed request field holds an integer beyond 64 bits
+            payload = json.dumps(data, separators=(",", ":")).encode()
+        return b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n"
 
 
 async def response_stream(engine: TwinEngine, body: JsonObject, generation: Generation,

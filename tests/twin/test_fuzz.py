@@ -77,8 +77,8 @@ def client() -> Any:
         yield c
 
 
-def _check(client: TestClient, body: Any) -> None:
-    response = client.post("/v1/chat/completions", content=json.dumps(body))
+def _check(client: TestClient, body: Any, path: str = "/v1/chat/completions") -> None:
+    response = client.post(path, content=json.dumps(body))
     assert response.status_code in (200, 400, 404), response.text
     if response.status_code != 200:
         error = response.json()["error"]
@@ -91,6 +91,55 @@ def _check(client: TestClient, body: Any) -> None:
 def test_random_bodies_never_500(client: TestClient, body: Any) -> None:
     """Random JSON bodies (odd tool schemas, odd messages, odd fields) never produce a 500."""
     _check(client, body)
+
+
+_item = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["message", "function_call", "function_call_output", "reasoning"])
+        | _json,
+        "role": st.sampled_from(["user", "assistant", "system", "developer", "tool"]) | _json,
+        "content": st.text(max_size=8) | st.lists(_json, max_size=2) | _json,
+        "call_id": st.text(max_size=6) | _json,
+        "name": st.sampled_from(["get_order", ""]) | _json,
+        "arguments": st.sampled_from(['{"order_id": "W1001"}', "{}", "x"]) | _json,
+        "output": st.text(max_size=8) | _json,
+    },
+)
+_responses_bodies = st.fixed_dictionaries(
+    {"input": st.text(max_size=8) | st.lists(_item | _json, max_size=4) | _json},
+    optional={
+        "instructions": st.text(max_size=8) | _json,
+        "tools": st.lists(
+            st.fixed_dictionaries({"type": st.just("function"), "name": st.text(max_size=6)},
+                                  optional={"parameters": _schema | _json}), max_size=2,
+        ) | _json,
+        "tool_choice": st.sampled_from(["auto", "none", "required"]) | _json,
+        "max_output_tokens": st.integers(-2, 300) | _json,
+        "stream": st.booleans(),
+    },
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=_responses_bodies | _json)
+def test_random_responses_bodies_never_500(client: TestClient, body: Any) -> None:
+    """Random Responses bodies (odd input items, tools, fields) get a 200 or a 4xx, never a 500."""
+    _check(client, body, "/v1/responses")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    path=st.sampled_from(["/v1/completions", "/tokenize", "/detokenize"]),
+    body=st.fixed_dictionaries(
+        {}, optional={"prompt": st.text(max_size=8) | _json, "tokens": _json,
+                      "messages": st.lists(_message, max_size=2) | _json,
+                      "max_tokens": st.integers(-2, 40) | _json, "stream": st.booleans()},
+    ) | _json,
+)  # fmt: skip
+def test_random_surface_bodies_never_500(client: TestClient, path: str, body: Any) -> None:
+    """Completions, tokenize and detokenize answer any JSON body with a 200 or a 4xx."""
+    _check(client, body, path)
 
 
 _RETAIL = load_world("retail")
