@@ -29,6 +29,7 @@ from server.engines.pool import EnginePool, EnginesReady
 from server.http.accounting import RequestAccounting
 from server.http.auth import ApiKeyMiddleware, ApiKeyRing
 from server.http.handlers import add_error_handlers
+from server.http.openapi import install as install_openapi
 from server.http.relayed_routes import router as relayed_router
 from server.http.responses_routes import router as responses_router
 from server.http.routes import router
@@ -75,6 +76,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    install_openapi(app, settings)
     app.include_router(router)
     app.include_router(responses_router)
     app.include_router(relayed_router)

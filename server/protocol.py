@@ -266,7 +266,7 @@ class ErrorBody(_Wire):
     message: str
     type: str
     param: str | None = None
-    code: str | None = None
+    code: str | int | None = None  # an engine's refusal relayed keeps vLLM's numeric code
 
 
 class ErrorEnvelope(_Wire):

@@ -11,6 +11,13 @@ from starlette.responses import Response
 from server.chat.relayed import RELAYED, RelayedRoute, RouteRelay, engine_path
 from server.engines.calls import StreamAnswer
 from server.http.body import read_body
+from server.http.openapi import (
+    ENGINE_ERRORS,
+    ENGINE_GET_ERRORS,
+    errors,
+    json_answer,
+    path_parameters,
+)
 from server.http.relay import StreamRelay, json_response, until_disconnect
 from server.http.state import RELAYED_STATE_KEY, gateway_of
 
@@ -38,6 +45,8 @@ def _endpoint(route: RelayedRoute) -> Endpoint:
     return relay
 
 
+_ANSWER = {"type": "object", "description": "vLLM's answer, untouched"}
+
 for _route in RELAYED:
     router.add_api_route(
         _route.path,
@@ -45,4 +54,9 @@ for _route in RELAYED:
         methods=[_route.method],
         name=f"relay {_route.path}",
         summary=f"{_route.what} (relayed to vLLM)",
+        openapi_extra=path_parameters(_route.path),
+        responses={
+            **json_answer(_ANSWER, "As the engine answered", streams=_route.streams),
+            **errors(*(ENGINE_GET_ERRORS if _route.method == "GET" else ENGINE_ERRORS)),
+        },
     )

@@ -22,6 +22,7 @@ from server.chat.responses import RehearsedResponse
 from server.engines.calls import StreamAnswer
 from server.errors import GatewayError, envelope
 from server.http.body import read_body
+from server.http.openapi import ENGINE_ERRORS, errors, json_answer, request_body
 from server.http.relay import (
     SSE_HEADERS,
     ClientDisconnected,
@@ -37,13 +38,28 @@ from server.http.state import (
     tenant_of_request,
 )
 from server.rehearse.committed import with_minted_ids
+from server.responses_protocol import ResponsesRequest
 
 KEEPALIVE_S = 2.0
 
 router = APIRouter()
 
+# vLLM's and OpenAI's response object, in the fields every answer has (rehearsed or relayed).
+RESPONSE_OBJECT = {
+    "type": "object",
+    "required": ["id", "object", "created_at", "model", "output", "status"],
+    "properties": {"object": {"const": "response"}, "output": {"type": "array"}},
+}
 
-@router.post("/v1/responses")
+
+@router.post(
+    "/v1/responses",
+    openapi_extra=request_body(ResponsesRequest),
+    responses={
+        **json_answer(RESPONSE_OBJECT, "The response, or its events as SSE", streams=True),
+        **errors(*ENGINE_ERRORS),
+    },
+)
 async def create_response(request: Request) -> Response:
     """OpenAI Responses API: rehearsed with function tools, relayed to vLLM otherwise."""
     state = gateway_of(request)

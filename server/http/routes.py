@@ -7,11 +7,12 @@ from typing import Any
 import orjson
 from fastapi import APIRouter
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from server.engines.calls import StreamAnswer
 from server.errors import StoreUnavailable
 from server.http.body import read_body
+from server.http.openapi import ENGINE_ERRORS, errors, json_answer, request_body
 from server.http.rehearsal_response import RehearsalResponse
 from server.http.relay import StreamRelay, json_response, until_disconnect
 from server.http.state import (
@@ -22,7 +23,7 @@ from server.http.state import (
     gateway_of,
     tenant_of_request,
 )
-from server.protocol import ModelCard
+from server.protocol import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
 from server.rehearse.service import RehearsalRun
 from server.telemetry.readiness import readiness
 
@@ -31,7 +32,14 @@ router = APIRouter()
 JSON = "application/json"
 
 
-@router.post("/v1/chat/completions")
+@router.post(
+    "/v1/chat/completions",
+    openapi_extra=request_body(ChatCompletionRequest),
+    responses={
+        **json_answer(ChatCompletion, "The completion, or its chunks as SSE", streams=True),
+        **errors(*ENGINE_ERRORS),
+    },
+)
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions (non-stream and SSE)."""
     state = gateway_of(request)
@@ -58,7 +66,10 @@ async def chat_completions(request: Request) -> Response:
 
 
 # Before the {rehearsal_id} route, which would otherwise read "trust" as an id.
-@router.get("/v1/rehearsals/trust")
+@router.get(
+    "/v1/rehearsals/trust",
+    responses={**json_answer({"type": "object"}, "The trust table"), **errors(401, 503)},
+)
 async def get_trust(request: Request) -> Response:
     """The caller's trust table: per tool, imagined x real outcome counts, rates and policy."""
     state = gateway_of(request)
@@ -70,7 +81,10 @@ async def get_trust(request: Request) -> Response:
     return Response(orjson.dumps(table), media_type=JSON)
 
 
-@router.get("/v1/rehearsals/{rehearsal_id}")
+@router.get(
+    "/v1/rehearsals/{rehearsal_id}",
+    responses={**json_answer({"type": "object"}, "The trace"), **errors(401, 404, 503)},
+)
 async def get_rehearsal(request: Request, rehearsal_id: str) -> Response:
     """A stored rehearsal trace, to the tenant that created it."""
     state = gateway_of(request)
@@ -78,7 +92,7 @@ async def get_rehearsal(request: Request, rehearsal_id: str) -> Response:
     return Response(orjson.dumps(trace), media_type=JSON)
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses={**json_answer(ModelList, "The served models"), **errors(401)})
 async def list_models(request: Request) -> Response:
     """The engines' served models as the engines list them, then the configured aliases.
 
@@ -102,14 +116,23 @@ async def health() -> Response:
     return Response(b'{"status":"ok"}', media_type=JSON)
 
 
-@router.get("/ready")
+_REPORT = {"type": "object", "required": ["status"]}
+
+
+@router.get(
+    "/ready",
+    responses={
+        **json_answer(_REPORT, "Ready: every check that gates readiness passes"),
+        503: {"description": "Not ready", "content": {JSON: {"schema": _REPORT}}},
+    },
+)
 async def ready(request: Request) -> Response:
     """Readiness: every dependency check passes (at least one healthy engine, …)."""
     ok, report = await readiness(gateway_of(request).checks)
     return Response(orjson.dumps(report), 200 if ok else 503, media_type=JSON)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> Response:
     """Prometheus exposition."""
     body, content_type = gateway_of(request).metrics.render()
