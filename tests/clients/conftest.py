@@ -20,3 +20,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         env={"RGW_API_KEYS": API_KEY},
     ) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def exact_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A retail twin that plays every task's plan exactly (skill 1, fidelity 1, no latency).
+
+    For the agent frameworks that run a whole task: whatever goes wrong is then the gateway's
+    or the framework's, not a planted mistake of the twin's policy.
+    """
+    with running_stack(
+        tmp_path_factory.mktemp("clients-exact"),
+        twin_args=("--skill", "1.0", "--fidelity", "1.0", "--latency", "zero"),
+        env={"RGW_API_KEYS": API_KEY},
+    ) as running:
+        yield running
