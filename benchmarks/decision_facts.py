@@ -109,6 +109,7 @@ class TurnFacts:
     low_trust: bool | None = None
     rehearsal_id: str | None = None
     faults: tuple[str, ...] = ()  # from the stored trace, fetched for degraded turns only
+    committed_trust: str | None = None  # the trust policy of the first committed call's tool
 
     @classmethod
     def read(cls, check: SchemaCheck, completion: Any) -> TurnFacts:
@@ -129,9 +130,11 @@ class TurnFacts:
             )
             with_valid = bool(invalid and valid)
         trust = raw.get("trust")
-        low = None
+        low = committed_trust = None
         if isinstance(trust, dict):
             low = any(_policy(v) in LOW_TRUST for v in trust.values())
+            if committed and committed[0][0] in trust:
+                committed_trust = str(_policy(trust[committed[0][0]]))
         return cls(
             calls=len(committed),
             schema_invalid=invalid,
@@ -145,6 +148,7 @@ class TurnFacts:
             checked_vetoes=_int(raw.get("checked_vetoes")),
             low_trust=low,
             rehearsal_id=raw.get("id"),
+            committed_trust=committed_trust,
         )
 
 

@@ -53,6 +53,16 @@ def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int
         else None,
         "degraded_turns": dict(Counter(t.degraded for t in turns if t.degraded is not None)),
         "failed_requests": sum(e.failed is not None for e in episodes),
+        "connection_retries": sum(e.retries for e in episodes),
+        # how the gateway says it decided the never-rehearsed commits: commit_path, and the
+        # committed tool's trust policy
+        "never_rehearsed_paths": dict(
+            Counter(
+                f"{t.commit_path} (trust {t.committed_trust})"
+                for t in rehearsed
+                if t.never_rehearsed
+            )
+        ),
     }
 
 
@@ -134,9 +144,10 @@ def report(
             print(_trust_line(r))
     degraded = sum((Counter(c["degraded_turns"]) for c in cells), Counter[str]())
     failed = sum(c["failed_requests"] for c in cells)
+    retries = sum(c["connection_retries"] for c in cells)
     reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(degraded.items())) or "none"
     print(f"\n{sum(c['pairs'] for c in cells)} episodes in {run_s:.0f} s; degraded turns: "
-          f"{reasons}; failed requests: {failed}")  # fmt: skip
+          f"{reasons}; failed requests: {failed}; connection retries: {retries}")  # fmt: skip
     faults = [f for eps in results.values() for e in eps for t in e.turns for f in t.faults]
     for fault in faults[:5]:
         print(f"  degraded: {fault}")

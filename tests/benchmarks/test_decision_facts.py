@@ -104,6 +104,7 @@ def test_reported_fields_win_over_the_trace() -> None:
     assert facts.never_rehearsed is False
     assert (facts.engine_calls, facts.checked_vetoes) == (6, 2)
     assert (facts.commit_path, facts.commit_check, facts.low_trust) == ("verified", "ok", False)
+    assert facts.committed_trust == "learning"
     low = {**reported, "committed_rehearsed": False, "trust": {"get_order": {"policy": "off"}}}
     facts = TurnFacts.read(RETAIL, completion(CANCEL, low))
     assert (facts.never_rehearsed, facts.low_trust) == (True, True)
