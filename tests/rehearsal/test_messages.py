@@ -10,6 +10,7 @@ from rehearsal.errors import GeneratorError, MalformedResponse
 from rehearsal.messages import (
     AssistantTurn,
     GenerationRequest,
+    GenerationResponse,
     ToolCall,
     Usage,
     canonical_json,
@@ -166,3 +167,19 @@ def test_turn_renders_as_the_model_wrote_it_and_as_a_message() -> None:
         ],
     }
     assert AssistantTurn("hi").to_message() == {"role": "assistant", "content": "hi"}
+
+
+def test_the_engines_fingerprint_reaches_every_choice() -> None:
+    """A body's system_fingerprint is kept on each turn, so the committed answer can carry it."""
+    body = {
+        "system_fingerprint": "vllm-0.32.0",
+        "choices": [
+            {"index": 1, "message": {"role": "assistant", "content": "b"}},
+            {"index": 0, "message": {"role": "assistant", "content": "a"}},
+        ],
+    }
+    response = GenerationResponse.from_openai(body)
+    assert [turn.content for turn in response.choices] == ["a", "b"]
+    assert {turn.engine_fields["system_fingerprint"] for turn in response.choices} == {
+        "vllm-0.32.0"
+    }
