@@ -24,7 +24,7 @@ from server.chat.service import ChatService
 from server.chat_call import PASSTHROUGH, JsonAnswer
 from server.engines.calls import StreamAnswer
 from server.engines.pool import affinity_key
-from server.errors import InvalidRequest
+from server.errors import InvalidRequest, NotFound
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,18 +84,19 @@ def relay_affinity(session_id: str | None, body: Mapping[str, Any]) -> bytes:
 def engine_path(route: RelayedRoute, params: Mapping[str, str], query: str) -> str:
     """The path asked of the engine: ``route``'s template, each parameter percent-encoded.
 
-    Never the client's path as decoded: a ``%2F`` or a ``..`` in a parameter would become a
-    segment of the engine's URL (and httpx drops dot segments), reaching another engine route
-    — one of ``NOT_RELAYED`` even — and a ``%03`` would be a URL httpx refuses to build.
+    Never the client's path as decoded: a ``%2F`` in a parameter would become a segment of the
+    engine's URL, reaching another engine route — one of ``NOT_RELAYED`` even — and a ``%03``
+    would be a URL httpx refuses to build. A parameter that is a dot segment (``.`` or ``..``)
+    is no id of anything and cannot be relayed at all: the engine client (aiohttp, through
+    yarl 1.25) decodes ``%2E%2E`` and drops the segment, so the call would reach the parent
+    route. The gateway answers such a parameter with its own 404 naming it.
     """
-    segments = {name: _segment(value) for name, value in params.items()}
+    for name, value in params.items():
+        if value in (".", ".."):
+            raise NotFound(f"no resource has the {name} '{value}'", param=name)
+    segments = {name: quote(value, safe="") for name, value in params.items()}
     path = route.path.format_map(segments)
     return f"{path}?{query}" if query else path
-
-
-def _segment(value: str) -> str:
-    encoded = quote(value, safe="")
-    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
 
 
 def decode_object(raw: bytes) -> dict[str, Any]:
