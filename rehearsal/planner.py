@@ -352,6 +352,7 @@ class Planner:
         total = (self.clock() - started) * 1000.0
         check = ctx.checker.check_turn(decision.turn)
         tools = {call.name for turn in ctx.candidates for call in turn.tool_calls}
+        decision = _unrehearsed_by_trust(ctx, decision)
         return RehearsalResult(
             turn=decision.turn,
             budget=ctx.budget,
@@ -372,6 +373,23 @@ class Planner:
             tokens=dict(ctx.tokens),
             timings=Timings(phases["act"], phases["rehearse"], phases["commit"], total),
         )
+
+
+def _unrehearsed_by_trust(ctx: RehearsalContext, decision: Decision) -> Decision:
+    """Say so when the committed call went unimagined because trust switched its tools off.
+
+    Whatever route chose it (``select``'s vote, a fallback, a schema-valid alternative to an
+    invalid anchor), a call whose every tool is under trust ``off`` was not rehearsed on
+    purpose, so its path is ``trust_off`` and the route stays in ``why``. Any other commit
+    that went unimagined keeps its path and reads ``committed_rehearsed: false``.
+    """
+    calls = decision.turn.tool_calls
+    if decision.path == "trust_off" or not calls:
+        return decision
+    if any(ctx.policy(call.name) != "off" for call in calls):
+        return decision
+    why = f"{decision.path}, not imagined: trust is off for its tools; {decision.why}"
+    return replace(decision, path="trust_off", why=why)
 
 
 def _unseen(prior: list[MemoryEntry], trajectories: list[Trajectory]) -> list[MemoryEntry]:

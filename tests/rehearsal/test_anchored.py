@@ -116,6 +116,28 @@ async def test_invalid_anchor_falls_back_to_a_valid_candidate_even_if_vetoed() -
     assert (result.turn, result.commit_path, result.commit_check) == (OTHER, "valid_fallback", "ok")
 
 
+async def test_a_fallback_to_a_tool_under_trust_off_says_trust_off() -> None:
+    """The valid fallback for an invalid anchor is a tool nobody may imagine: path trust_off."""
+    engine = ScriptedGenerator()
+    engine.enqueue(acting(INVALID), acting(OTHER), role="act")
+    result = await run(engine, budget=2, trust={"get_order": "off"})
+    assert (result.turn, result.commit_path, result.committed_rehearsed) == (
+        OTHER,
+        "trust_off",
+        False,
+    )
+    assert result.why.startswith("valid_fallback, not imagined: trust is off")
+    assert len(engine.by_role("rehearse")) == 0
+
+
+async def test_select_under_trust_off_says_trust_off() -> None:
+    """``select``'s vote commits an unimagined call of a trust-off tool: path trust_off."""
+    engine = ScriptedGenerator().enqueue(acting(GET, GET, OTHER), role="act")
+    result = await run(engine, budget=3, commit="select", trust={"get_order": "off"})
+    assert (result.turn, result.commit_path) == (GET, "trust_off")
+    assert result.why.startswith("selected, not imagined")
+
+
 async def test_nothing_valid_commits_the_anchor_and_says_so() -> None:
     """Every candidate schema-invalid: the anchor is committed and commit_check says so."""
     engine = ScriptedGenerator().enqueue(acting(INVALID), acting(INVALID), role="act")
