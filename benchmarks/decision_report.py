@@ -54,6 +54,10 @@ def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int
         "degraded_turns": dict(Counter(t.degraded for t in turns if t.degraded is not None)),
         "failed_requests": sum(e.failed is not None for e in episodes),
         "connection_retries": sum(e.retries for e in episodes),
+        # every rehearsed commit by commit_path and the committed tool's trust policy
+        "commit_paths": dict(
+            Counter(f"{t.commit_path} (trust {t.committed_trust})" for t in rehearsed)
+        ),
         # how the gateway says it decided the never-rehearsed commits: commit_path, and the
         # committed tool's trust policy
         "never_rehearsed_paths": dict(

@@ -361,6 +361,7 @@ class Run:
     anchored: bool
     episodes_s: float
     cpu_s: dict[str, float]
+    trust: dict[str, Any] = field(default_factory=dict)  # config -> its tenant's trust table
 
 
 def run_grid(grid: Grid, workdir: Path) -> Run:
@@ -385,6 +386,7 @@ def run_grid(grid: Grid, workdir: Path) -> Run:
         started = time.perf_counter()
         results = asyncio.run(run_all(configs, gateway.url, grid, worlds))
         episodes_s = time.perf_counter() - started
+        trust = {c.key: trust_table(gateway.url, c.key) for c in configs if c.commit}
         cpu = {
             "gateway": cpu_seconds(gateway.popen.pid),
             "twins": sum(cpu_seconds(p.popen.pid) for p in procs.values()),
@@ -393,7 +395,15 @@ def run_grid(grid: Grid, workdir: Path) -> Run:
     finally:
         for proc in [*([gateway] if gateway else []), *procs.values()]:
             proc.stop()
-    return Run(results, policies, anchored, episodes_s, cpu)
+    return Run(results, policies, anchored, episodes_s, cpu, trust)
+
+
+def trust_table(url: str, key: str) -> list[dict[str, Any]]:
+    """A tenant's rows of ``GET /v1/rehearsals/trust`` at the end of its run (for the JSON)."""
+    answer = httpx.get(url + "/v1/rehearsals/trust", headers={"Authorization": f"Bearer {key}"})
+    answer.raise_for_status()
+    rows: list[dict[str, Any]] = answer.json()["data"]
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         "budget": K, "policies": run.policies, "anchored_available": run.anchored,
         "grounding_gain": grid.grounding_gain,
     }  # fmt: skip
+    document["trust_tables"] = run.trust
     document["wall_s"] = round(time.perf_counter() - began, 1)
     document["cpu_s"] = {name: round(value, 1) for name, value in run.cpu_s.items()}
     print(f"\nwall time {document['wall_s']} s (episodes {run.episodes_s:.0f} s); CPU seconds: "

@@ -10,7 +10,16 @@ tool, and for the tenant as a whole (tool ``*``). Four counts come out of it:
     oo  imagined success, and it really succeeded
 
 From them: **outcome agreement** ``(ee + oo) / n`` (the honest fidelity figure), **veto
-precision** ``ee / (ee + eo)`` and the **false-veto rate** ``eo / (eo + oo)``.
+precision** ``ee / (ee + eo)`` (how often an imagined failure is real), the **miss rate**
+``oe / (oe + oo)`` (how often an imagined success fails for real) and the **false-veto rate**
+``eo / (eo + oo)``.
+
+Acting on a veto swaps a call imagination said fails for one it said works. That pays exactly
+when a vetoed call fails more often than a call imagined clean, so the deciding figure is the
+**veto lift**, precision minus miss rate — not precision alone, whose meaning depends on how
+often the agent's calls fail at all. (Measured on the decisions benchmark at fidelity 0.8: veto
+precision 0.56 but a miss rate of 0.03; a fixed precision floor of 0.6 ignored those vetoes on
+45% of the commits and let a third of the agent's errors through.)
 
 ``policy_for`` turns the counts into what the planner does with that tool's imagination:
 
@@ -18,9 +27,10 @@ precision** ``ee / (ee + eo)`` and the **false-veto rate** ``eo / (eo + oo)``.
 - ``learning`` — too few pairs yet (fewer than ``min_samples`` for the tool *and* for the tenant
   as a whole); imagination runs and is recorded, but its vetoes are not acted on, so the commit is
   what rehearsal off would have made unless a deterministic check vetoed it;
-- ``ignore_vetoes`` — enough pairs, and agreement is under ``trust_threshold`` or veto precision
-  under ``precision_threshold``: as learning, but for a measured reason; imagination keeps
-  running, so trust can be re-earned;
+- ``ignore_vetoes`` — enough pairs, but imagination's vetoes are not worth acting on: with at
+  least ``min_vetoes`` vetoes seen, their lift is under ``lift_threshold``; with fewer (too few
+  to judge a lift), agreement is under ``trust_threshold``. As learning, but for a measured
+  reason; imagination keeps running, so trust can be re-earned;
 - ``off`` — agreement under ``off_threshold`` (with ``auto_off``): the tool is not rehearsed at
   all (its cost is saved); the counts expire with their key's TTL, after which it is learning
   again.
@@ -49,7 +59,8 @@ class TrustSettings:
     enabled: bool = True
     min_samples: int = 8
     trust_threshold: float = 0.8
-    precision_threshold: float = 0.6
+    lift_threshold: float = 0.25
+    min_vetoes: int = 4
     off_threshold: float = 0.5
     auto_off: bool = True
     window: int = 200
@@ -77,6 +88,17 @@ class Counts:
     def veto_precision(self) -> float | None:
         vetoes = self.ee + self.eo
         return self.ee / vetoes if vetoes else None
+
+    @property
+    def miss_rate(self) -> float | None:
+        imagined_ok = self.oe + self.oo
+        return self.oe / imagined_ok if imagined_ok else None
+
+    @property
+    def veto_lift(self) -> float | None:
+        """Veto precision minus miss rate (a missing miss rate reads 0); None without vetoes."""
+        precision = self.veto_precision
+        return None if precision is None else precision - (self.miss_rate or 0.0)
 
     @property
     def false_veto_rate(self) -> float | None:
@@ -108,12 +130,10 @@ def _measured(counts: Counts, settings: TrustSettings) -> Policy | None:
         return None
     if settings.auto_off and agreement < settings.off_threshold:
         return "off"
-    precision = counts.veto_precision
-    if agreement < settings.trust_threshold or (
-        precision is not None and precision < settings.precision_threshold
-    ):
-        return "ignore_vetoes"
-    return "trusted"
+    lift = counts.veto_lift
+    if lift is not None and counts.ee + counts.eo >= settings.min_vetoes:
+        return "trusted" if lift >= settings.lift_threshold else "ignore_vetoes"
+    return "trusted" if agreement >= settings.trust_threshold else "ignore_vetoes"
 
 
 def policy_for(
@@ -151,6 +171,8 @@ def trust_row(tool: str, table: Mapping[str, Counts], settings: TrustSettings) -
         "counts": {c: getattr(counts, c) for c in CELLS},
         "outcome_agreement": _rounded(counts.agreement),
         "veto_precision": _rounded(counts.veto_precision),
+        "miss_rate": _rounded(counts.miss_rate),
+        "veto_lift": _rounded(counts.veto_lift),
         "false_veto_rate": _rounded(counts.false_veto_rate),
         "policy": policy,
         "why": why,

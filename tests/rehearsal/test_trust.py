@@ -23,8 +23,12 @@ def test_rates_follow_the_counts() -> None:
     counts = Counts(ee=3, eo=1, oe=2, oo=4)
     assert (counts.samples, counts.agreement) == (10, 0.7)
     assert (counts.veto_precision, counts.false_veto_rate) == (0.75, 0.2)
+    assert counts.miss_rate == pytest.approx(1 / 3)
+    assert counts.veto_lift == pytest.approx(0.75 - 1 / 3)
     empty = Counts()
     assert (empty.agreement, empty.veto_precision, empty.false_veto_rate) == (None, None, None)
+    assert (empty.miss_rate, empty.veto_lift) == (None, None)
+    assert Counts(ee=2, eo=2).veto_lift == 0.5  # no imagined success yet: the miss rate reads 0
 
 
 def test_stored_fields_are_read_leniently() -> None:
@@ -38,13 +42,18 @@ def test_stored_fields_are_read_leniently() -> None:
     [
         pytest.param(Counts(ee=2, oo=5), "learning", id="too-few"),
         pytest.param(Counts(ee=3, eo=0, oe=1, oo=8), "trusted", id="agreeing"),
-        pytest.param(Counts(ee=1, eo=2, oe=0, oo=9), "ignore_vetoes", id="imprecise-vetoes"),
+        pytest.param(Counts(ee=1, eo=2, oe=0, oo=9), "trusted", id="few-vetoes-agreement"),
         pytest.param(Counts(ee=0, eo=0, oe=3, oo=6), "ignore_vetoes", id="low-agreement"),
+        # fidelity 0.8 as measured: vetoes right 56% of the time, imagined successes fail 3%
+        pytest.param(Counts(ee=9, eo=7, oe=4, oo=151), "trusted", id="lifting-vetoes"),
+        # imagination that knows nothing: vetoed and clean-imagined calls fail alike
+        pytest.param(Counts(ee=3, eo=3, oe=10, oo=10), "ignore_vetoes", id="no-lift"),
+        pytest.param(Counts(ee=4, eo=1, oe=4, oo=2), "ignore_vetoes", id="small-lift"),
         pytest.param(Counts(ee=0, eo=3, oe=4, oo=3), "off", id="worse-than-chance"),
     ],
 )
 def test_policy_from_a_tools_own_counts(counts: Counts, policy: str) -> None:
-    """Enough samples decide by agreement and precision; too few mean learning."""
+    """Enough vetoes decide by their lift, fewer by agreement; too few samples mean learning."""
     assert policy_for("get_order", {"get_order": counts}, SETTINGS)[0] == policy
 
 
@@ -75,6 +84,8 @@ def test_a_trust_row_explains_itself() -> None:
         "counts": {"ee": 4, "eo": 0, "oe": 0, "oo": 4},
         "outcome_agreement": 1.0,
         "veto_precision": 1.0,
+        "miss_rate": 0.0,
+        "veto_lift": 1.0,
         "false_veto_rate": 0.0,
         "policy": "trusted",
         "why": "8 real results of t",
