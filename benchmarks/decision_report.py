@@ -84,11 +84,8 @@ def _row(c: dict[str, Any]) -> str:
 
 
 def trust_row(config: Config, episodes: list[Episode]) -> dict[str, Any]:
-    """Engine calls per turn early and late in one run, and when low trust was first reported."""
+    """When low trust was first reported, and engine calls per turn before and after it."""
     turns = [t for e in episodes for t in e.turns]
-    third = max(len(turns) // 3, 1)
-    first_calls = [t.engine_calls for t in turns[:third]]
-    last_calls = [t.engine_calls for t in turns[-third:]]
 
     def mean(values: list[int | None]) -> float | None:
         return None if not values or None in values else fmean(v for v in values if v is not None)
@@ -101,12 +98,13 @@ def trust_row(config: Config, episodes: list[Episode]) -> dict[str, Any]:
             first_low = {"turn": index + 1, "real_results_before": real}
             break
         real += turn.calls
+    split = len(turns) if first_low is None else first_low["turn"] - 1
     return {
         "skill": config.twin.skill,
         "run": config.name,
         "turns": len(turns),
-        "engine_calls_first_third": mean(first_calls),
-        "engine_calls_last_third": mean(last_calls),
+        "engine_calls_before_low_trust": mean([t.engine_calls for t in turns[:split]]),
+        "engine_calls_after_low_trust": mean([t.engine_calls for t in turns[split:]]),
         "trust_reported": seen_trust,
         "first_low_trust": first_low,
     }
@@ -121,8 +119,9 @@ def _trust_line(r: dict[str, Any]) -> str:
         low = (f"turn {r['first_low_trust']['turn']} of {r['turns']} "
                f"(after {r['first_low_trust']['real_results_before']} real results)")  # fmt: skip
     return (
-        f"| {r['skill']:.1f} | {r['run']} | {_na(r['engine_calls_first_third'], 2)} | "
-        f"{_na(r['engine_calls_last_third'], 2)} | {low} |"
+        f"| {r['skill']:.1f} | {r['run']} | {low} | "
+        f"{_na(r['engine_calls_before_low_trust'], 2)} | "
+        f"{_na(r['engine_calls_after_low_trust'], 2)} |"
     )
 
 
@@ -142,8 +141,8 @@ def report(
     trust = [trust_row(c, eps) for c, eps in results.items() if c.commit and c.twin.fidelity == 0]
     if trust:
         print("\nTrust at fidelity 0.0 (engine calls per rehearsed turn; first low-trust report)")
-        print("\n| skill | run | calls/turn, first third | calls/turn, last third | low trust |")
-        print("|---:|---|---:|---:|---|")
+        print("\n| skill | run | low trust first reported | calls/turn before | calls/turn after |")
+        print("|---:|---|---|---:|---:|")
         for r in trust:
             print(_trust_line(r))
     degraded = sum((Counter(c["degraded_turns"]) for c in cells), Counter[str]())
