@@ -35,8 +35,9 @@ precision 0.56 but a miss rate of 0.03; a fixed precision floor of 0.6 ignored t
   all (its cost is saved); the counts expire with their key's TTL, after which it is learning
   again.
 
-A tool with too few pairs of its own borrows the tenant's pooled verdict (the model's imagination
-is mostly good or bad as a whole). An operator's pin overrides everything. Counts are halved when
+A tool with too few pairs of its own borrows the tenant's pooled verdict, and one with too few
+vetoes of its own the tenant's pooled veto lift (the model's imagination is mostly good or bad as
+a whole). An operator's pin overrides everything. Counts are halved when
 a tool's total passes ``window``, so recent evidence dominates (done by the store, atomically).
 """
 
@@ -123,34 +124,43 @@ def cell(imagined_error: bool, real_error: bool) -> str:
     return ("e" if imagined_error else "o") + ("e" if real_error else "o")
 
 
-def _measured(counts: Counts, settings: TrustSettings) -> Policy | None:
-    """The verdict of enough counts, or None when there are too few."""
-    agreement = counts.agreement
-    if counts.samples < settings.min_samples or agreement is None:
-        return None
+def _verdict(counts: Counts, vetoes_from: Counts, settings: TrustSettings) -> tuple[Policy, str]:
+    """The policy of enough ``counts``; the veto lift read from ``vetoes_from``, if it can be."""
+    agreement = counts.agreement or 0.0
     if settings.auto_off and agreement < settings.off_threshold:
-        return "off"
-    lift = counts.veto_lift
-    if lift is not None and counts.ee + counts.eo >= settings.min_vetoes:
-        return "trusted" if lift >= settings.lift_threshold else "ignore_vetoes"
-    return "trusted" if agreement >= settings.trust_threshold else "ignore_vetoes"
+        return "off", f"outcome agreement {agreement:.2f}"
+    lift = vetoes_from.veto_lift
+    if lift is not None and vetoes_from.ee + vetoes_from.eo >= settings.min_vetoes:
+        policy: Policy = "trusted" if lift >= settings.lift_threshold else "ignore_vetoes"
+        return policy, f"veto lift {lift:.2f}"
+    policy = "trusted" if agreement >= settings.trust_threshold else "ignore_vetoes"
+    return policy, f"outcome agreement {agreement:.2f}, too few vetoes for a lift"
 
 
 def policy_for(
     tool: str, table: Mapping[str, Counts], settings: TrustSettings
 ) -> tuple[Policy, str]:
-    """What the planner may do with ``tool``'s imagination, and why (for the summary)."""
+    """What the planner may do with ``tool``'s imagination, and why (for the summary).
+
+    The counts that decide are the tool's own when it has ``min_samples`` of them, else the
+    tenant's pooled ones; a tool with too few vetoes of its own to judge their lift borrows the
+    pooled lift the same way (the model's imagination is mostly good or bad as a whole).
+    """
     if not settings.enabled:
         return "trusted", "trust learning is disabled"
     pinned = settings.pins.get(tool)
     if pinned is not None:
         return pinned, "pinned by the operator"
-    own = _measured(table.get(tool, Counts()), settings)
-    if own is not None:
-        return own, f"{table[tool].samples} real results of {tool}"
-    pooled = _measured(table.get(POOLED, Counts()), settings)
-    if pooled is not None:
-        return pooled, f"too few results of {tool}; the tenant's {table[POOLED].samples} overall"
+    own, pooled = table.get(tool, Counts()), table.get(POOLED, Counts())
+    enough = settings.min_samples
+    if own.samples >= enough:
+        vetoes_from = own if own.ee + own.eo >= settings.min_vetoes else pooled
+        policy, why = _verdict(own, vetoes_from, settings)
+        shared = "" if vetoes_from is own else " (the tenant's vetoes)"
+        return policy, f"{own.samples} real results of {tool}: {why}{shared}"
+    if pooled.samples >= enough:
+        policy, why = _verdict(pooled, pooled, settings)
+        return policy, f"too few results of {tool}; the tenant's {pooled.samples} overall: {why}"
     return "learning", "too few real results yet"
 
 

@@ -65,6 +65,25 @@ def test_a_new_tool_borrows_the_tenants_pooled_verdict() -> None:
     assert "overall" in why
 
 
+def test_a_tool_with_few_vetoes_borrows_the_tenants_veto_lift() -> None:
+    """Two right vetoes and three misses: too few vetoes of its own; the pooled lift decides."""
+    own = Counts(ee=2, eo=0, oe=3, oo=8)  # agreement 0.77: ignored by agreement alone
+    lifting = {"t": own, POOLED: Counts(ee=17, eo=7, oe=12, oo=156)}
+    policy, why = policy_for("t", lifting, SETTINGS)
+    assert (policy, why) == (
+        "trusted",
+        "13 real results of t: veto lift 0.64 (the tenant's vetoes)",
+    )
+    flat = {"t": own, POOLED: Counts(ee=3, eo=3, oe=10, oo=10)}
+    assert policy_for("t", flat, SETTINGS)[0] == "ignore_vetoes"
+    few = {"t": own, POOLED: Counts(ee=1, oo=12)}
+    assert policy_for("t", few, SETTINGS) == (
+        "ignore_vetoes",
+        "13 real results of t: outcome agreement 0.77, too few vetoes for a lift"
+        " (the tenant's vetoes)",
+    )
+
+
 def test_pins_disabled_and_auto_off() -> None:
     """A pin wins; trust disabled means trusted; without auto_off, low agreement only ignores."""
     table = {"t": Counts(eo=5, oe=5)}
@@ -88,6 +107,6 @@ def test_a_trust_row_explains_itself() -> None:
         "veto_lift": 1.0,
         "false_veto_rate": 0.0,
         "policy": "trusted",
-        "why": "8 real results of t",
+        "why": "8 real results of t: veto lift 1.00",
     }
     assert trust_row("u", {}, SETTINGS)["outcome_agreement"] is None
