@@ -200,8 +200,11 @@ def test_openai_agents_sdk(
 # --------------------------------------------------------------------------- LiteLLM
 
 
+@pytest.mark.parametrize("knobs", [{}, {"budget": 2}], ids=["off", "rehearsed"])
 @pytest.mark.parametrize("provider", ["hosted_vllm", "openai"])
-def test_litellm(exact_stack: Stack, provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_litellm(
+    exact_stack: Stack, provider: str, knobs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """LiteLLM's vLLM and OpenAI providers: tool calls whole and streamed, knobs in extra_body."""
     # Read at import: LiteLLM would otherwise fetch its model price list from the internet.
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -214,9 +217,12 @@ def test_litellm(exact_stack: Stack, provider: str, monkeypatch: pytest.MonkeyPa
         "messages": [{"role": "system", "content": exact_stack.world.system_prompt},
                      {"role": "user", "content": task.instruction}],
         "tools": exact_stack.world.tool_schemas(),
-        "extra_body": {"rehearsal": {"budget": 2}}, "num_retries": 0,
+        "num_retries": 0,
     }  # fmt: skip
+    if knobs:
+        kwargs["extra_body"] = {"rehearsal": knobs}
     before = metric_value(gateway, "rehearsal_gateway_requests_total", mode="parallel")
+    relayed = metric_value(gateway, "rehearsal_gateway_requests_total", mode="passthrough")
     whole = litellm.completion(**kwargs)
     call = whole.choices[0].message.tool_calls[0]
     assert whole.choices[0].finish_reason == "tool_calls"
@@ -230,5 +236,7 @@ def test_litellm(exact_stack: Stack, provider: str, monkeypatch: pytest.MonkeyPa
     assert json.loads(arguments) == task.plan[0].arguments
     assert [c.finish_reason for chunk in chunks for c in chunk.choices if c.finish_reason] == [
         "tool_calls"]  # fmt: skip
-    after = metric_value(gateway, "rehearsal_gateway_requests_total", mode="parallel")
-    assert after - before == 2  # both calls rehearsed: the knobs reached the gateway
+    rehearsed = metric_value(gateway, "rehearsal_gateway_requests_total", mode="parallel")
+    passed = metric_value(gateway, "rehearsal_gateway_requests_total", mode="passthrough")
+    # Both calls rehearsed when the knobs reached the gateway, both passed through otherwise.
+    assert (rehearsed - before, passed - relayed) == ((2, 0) if knobs else (0, 2))
