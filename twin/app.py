@@ -1,7 +1,8 @@
 """The twin's HTTP face: vLLM's OpenAI routes over one TwinEngine, as a Starlette app.
 
 Chat completions are the twin's own; the rest of the surface a gateway relays (``/version``,
-``/tokenize``, ``/detokenize``, ``/v1/completions``, ``/v1/responses``) is in ``twin/surface.py``.
+``/tokenize``, ``/detokenize``, ``/v1/completions``, ``/v1/responses``) is in ``twin/surface.py``,
+and the Anthropic-style ``/v1/messages`` and ``/v1/messages/count_tokens`` in ``twin/anthropic.py``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from twin import surface
+from twin import anthropic, surface
 from twin.config import MAX_MODEL_LEN, TwinSettings
 from twin.engine import Generation, TwinEngine
 from twin.prompt import render_prompt
 from twin.protocol import ChatRequest, TwinError, parse_request
 from twin.responses import DONE, ChoiceStream, ChunkWriter, completion_body
 from twin.schema import JsonObject
+from twin.tokens import tokenize as tokenize_text
 
 
 def _error(exc: TwinError) -> JSONResponse:
@@ -43,9 +45,10 @@ async def _stream(
     for stream in streams:  # whatever the decode clock left (the end-of-turn token's share)
         for delta in stream.take(1 << 30):
             yield writer.delta(stream.choice.index, delta)
-    for event in writer.finals(streams):
+    usage = request.stream_options is not None and bool(request.stream_options.include_usage)
+    for event in writer.finals(streams, usage=usage):
         yield event
-    if request.stream_options is not None and request.stream_options.include_usage:
+    if usage:
         yield writer.usage(generation)
     yield DONE
 
@@ -162,6 +165,34 @@ def create_app(settings: TwinSettings) -> Starlette:
         response_id = "resp_" + uuid.uuid4().hex[:16]
         return JSONResponse(surface.response_object(body, model, response_id, created, generation))
 
+    async def messages(http: Request) -> Response:
+        try:
+            body = await _json_body(http)
+            request, generation = surface.prepare_chat(engine, anthropic.messages_as_chat(body))
+        except TwinError as exc:
+            return _error(exc)
+        message_id = "chatcmpl-" + _request_id(http)
+        model = request.model or settings.model_names[0]
+        if request.stream:
+            stream = anthropic.message_stream(engine, request, generation, message_id, model)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        async for _ in engine.run(generation):
+            pass
+        return JSONResponse(anthropic.message_body(message_id, model, generation))
+
+    async def count_tokens(http: Request) -> Response:
+        try:
+            body = await _json_body(http)
+            chat = anthropic.messages_as_chat(body, counting=True)
+            request = parse_request(chat, MAX_MODEL_LEN)
+            engine.check_model(request.model)
+        except TwinError as exc:
+            return _error(exc)
+        messages = [m.model_dump(exclude_none=True) for m in request.messages]
+        tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
+        count = len(tokenize_text(render_prompt(messages, tools)))
+        return JSONResponse(anthropic.count_tokens_body(count))
+
     async def stored_response(http: Request) -> Response:
         response_id = http.path_params["response_id"]
         message = f"Response with id '{response_id}' not found."
@@ -182,6 +213,8 @@ def create_app(settings: TwinSettings) -> Starlette:
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/responses", responses, methods=["POST"]),
             Route("/v1/responses/{response_id}", stored_response, methods=["GET"]),
+            Route("/v1/messages", messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/detokenize", detokenize, methods=["POST"]),
             Route("/version", version, methods=["GET"]),

@@ -4,8 +4,9 @@ Field order and presence follow vLLM's OpenAI server (checked against a real one
 tests/contract): ``reasoning`` beside ``content`` in the message and ``tool_calls`` only when
 there are some, ``prompt_tokens_details`` and ``completion_tokens_details.reasoning_tokens`` in
 usage, tool calls streamed as one header delta (id, type, index, function name) and then argument
-fragments, each with ``"content": null``, a final delta carrying the finish reason, an optional
-usage chunk with empty choices, then ``data: [DONE]``.
+fragments, each with ``"content": null``, a final delta carrying the finish reason (and the
+``system_fingerprint`` when no usage chunk follows), an optional usage chunk with empty choices
+(then carrying the fingerprint), then ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ class ChunkWriter:
         choice["token_ids"] = None
         return self.event([choice])
 
-    def final(self, choice: ChoiceOutput) -> bytes:
+    def final(self, choice: ChoiceOutput, *, fingerprint: bool = False) -> bytes:
+        """The finish chunk; vLLM puts ``system_fingerprint`` on it unless a usage chunk follows."""
+        extra = {"system_fingerprint": self.fingerprint} if fingerprint else None
         return self.event(
             [
                 {
@@ -170,12 +173,13 @@ class ChunkWriter:
                     "stop_reason": choice.stop_reason,
                     "token_ids": None,
                 }
-            ]
+            ],
+            extra,
         )
 
-    def finals(self, streams: list[ChoiceStream]) -> Iterator[bytes]:
+    def finals(self, streams: list[ChoiceStream], *, usage: bool = False) -> Iterator[bytes]:
         for stream in streams:
-            yield self.final(stream.choice)
+            yield self.final(stream.choice, fingerprint=not usage)
 
     def usage(self, generation: Generation) -> bytes:
         body = {"usage": usage(generation, streamed=True), "system_fingerprint": self.fingerprint}

@@ -22,8 +22,9 @@ import orjson
 from twin.config import MAX_MODEL_LEN, VLLM_VERSION
 from twin.engine import Generation, TwinEngine
 from twin.protocol import ChatRequest, TwinError, parse_request
+from twin.responses import PIECE_TOKENS
 from twin.schema import JsonObject
-from twin.tokens import tokenize
+from twin.tokens import split_pieces, tokenize
 from twin.turn import ChoiceOutput
 
 
@@ -119,18 +120,26 @@ async def completion_stream(
         pass
     created = int(time.time())
     head = {"id": completion_id, "object": "text_completion", "created": created, "model": model}
+    usage = request.stream_options is not None and bool(request.stream_options.include_usage)
+    # The fingerprint rides on the usage chunk when there is one, else on each finish piece.
+    closing = {} if usage else {"system_fingerprint": engine.fingerprint}
     for choice in generation.choices:
-        piece = {"index": choice.index, "text": _text(choice), "logprobs": None,
-                 "finish_reason": choice.finish_reason, "stop_reason": choice.stop_reason,
-                 "prompt_token_ids": None, "token_ids": None}  # fmt: skip
-        chunk = {**head, "choices": [piece], "system_fingerprint": engine.fingerprint}
-        yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-    if request.stream_options is not None and request.stream_options.include_usage:
-        usage = {"prompt_tokens": generation.prompt_tokens,
+        # vLLM sends the text as it decodes it, the finish reason on the last piece only.
+        texts = split_pieces(_text(choice), PIECE_TOKENS) or [""]
+        for at, text in enumerate(texts):
+            last = at == len(texts) - 1
+            piece = {"index": choice.index, "text": text, "logprobs": None,
+                     "finish_reason": choice.finish_reason if last else None,
+                     "stop_reason": choice.stop_reason if last else None,
+                     "prompt_token_ids": None, "token_ids": None}  # fmt: skip
+            chunk = {**head, "choices": [piece], **(closing if last else {})}
+            yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+    if usage:
+        counts = {"prompt_tokens": generation.prompt_tokens,
                  "total_tokens": generation.prompt_tokens + generation.completion_tokens,
                  "completion_tokens": generation.completion_tokens,
                  "prompt_tokens_details": {"cached_tokens": generation.cached_tokens}}  # fmt: skip
-        chunk = {**head, "choices": [], "usage": usage, "system_fingerprint": engine.fingerprint}
+        chunk = {**head, "choices": [], "usage": counts, "system_fingerprint": engine.fingerprint}
         yield b"data: " + orjson.dumps(chunk) + b"\n\n"
     yield b"data: [DONE]\n\n"
 
@@ -281,7 +290,7 @@ def response_object(body: JsonObject, model: str, response_id: str, created: int
                                       "tool_output_tokens_per_turn": []},
             "total_tokens": generation.prompt_tokens + generation.completion_tokens,
         }  # fmt: skip
-    tools = body.get("tools") or []
+    tools = [_echoed_tool(tool) for tool in body.get("tools") or []]
     return {
         "id": response_id, "created_at": created,
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
@@ -297,7 +306,21 @@ def response_object(body: JsonObject, model: str, response_id: str, created: int
         "service_tier": "auto", "status": status, "text": body.get("text"),
         "top_logprobs": body.get("top_logprobs"), "truncation": "disabled", "usage": usage,
         "user": body.get("user"),
+        "presence_penalty": body.get("presence_penalty", 0.0),
+        "frequency_penalty": body.get("frequency_penalty", 0.0), "kv_transfer_params": None,
+        "ec_transfer_params": None, "input_messages": None, "output_messages": None,
     }  # fmt: skip
+
+
+def _echoed_tool(tool: Any) -> Any:
+    """A function tool as vLLM echoes it: OpenAI's FunctionTool with every field, in its order."""
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        return tool
+    return {"name": tool.get("name"), "parameters": tool.get("parameters"),
+            "strict": tool.get("strict"), "type": "function",
+            "allowed_callers": tool.get("allowed_callers"), "async": tool.get("async"),
+            "defer_loading": tool.get("defer_loading"), "description": tool.get("description"),
+            "output_schema": tool.get("output_schema")}  # fmt: skip
 
 
 class EventWriter:

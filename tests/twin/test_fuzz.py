@@ -130,15 +130,18 @@ def test_random_responses_bodies_never_500(client: TestClient, body: Any) -> Non
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    path=st.sampled_from(["/v1/completions", "/tokenize", "/detokenize"]),
+    path=st.sampled_from(["/v1/completions", "/tokenize", "/detokenize", "/v1/messages",
+                          "/v1/messages/count_tokens"]),
     body=st.fixed_dictionaries(
         {}, optional={"prompt": st.text(max_size=8) | _json, "tokens": _json,
                       "messages": st.lists(_message, max_size=2) | _json,
-                      "max_tokens": st.integers(-2, 40) | _json, "stream": st.booleans()},
+                      "max_tokens": st.integers(-2, 40) | _json, "stream": st.booleans(),
+                      "system": st.text(max_size=8) | _json, "tools": _json,
+                      "tool_choice": _json},
     ) | _json,
 )  # fmt: skip
 def test_random_surface_bodies_never_500(client: TestClient, path: str, body: Any) -> None:
-    """Completions, tokenize and detokenize answer any JSON body with a 200 or a 4xx."""
+    """Completions, tokenize, detokenize and messages answer any JSON body: a 200 or a 4xx."""
     _check(client, body, path)
 
 
