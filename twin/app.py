@@ -53,6 +53,12 @@ async def _stream(
     yield DONE
 
 
+def _not_stored(response_id: str) -> JSONResponse:
+    """vLLM's 404 for a response it does not hold (it stores none unless its store is on)."""
+    message = f"Response with id '{response_id}' not found."
+    return _error(TwinError(message, param="response_id", status=404, kind="invalid_request_error"))
+
+
 def _request_id(http: Request) -> str:
     """vLLM names a request by the client's ``X-Request-Id``, else a random id of this length."""
     return http.headers.get("x-request-id") or uuid.uuid4().hex[:16]
@@ -152,6 +158,9 @@ def create_app(settings: TwinSettings) -> Starlette:
     async def responses(http: Request) -> Response:
         try:
             body = await _json_body(http)
+            previous = body.get("previous_response_id") if isinstance(body, dict) else None
+            if isinstance(previous, str):  # the twin stores none, as vLLM without its store
+                return _not_stored(previous)
             request, generation = surface.prepare_chat(engine, surface.responses_as_chat(body))
         except TwinError as exc:
             return _error(exc)
@@ -194,11 +203,7 @@ def create_app(settings: TwinSettings) -> Starlette:
         return JSONResponse(anthropic.count_tokens_body(count))
 
     async def stored_response(http: Request) -> Response:
-        response_id = http.path_params["response_id"]
-        message = f"Response with id '{response_id}' not found."
-        return _error(
-            TwinError(message, param="response_id", status=404, kind="invalid_request_error")
-        )
+        return _not_stored(http.path_params["response_id"])
 
     async def health(_: Request) -> Response:
         return Response(status_code=200)

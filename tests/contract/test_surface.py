@@ -306,3 +306,21 @@ def test_responses_stream_of_text(engine: Engine, http: httpx.Client) -> None:
     assert text == data[-4]["text"] == data[-3]["part"]["text"]
     assert data[-3]["part"]["logprobs"] is None
     _check_response(data[-1]["response"])
+
+
+@pytest.mark.parametrize("how", ["follow-up", "get"])
+def test_an_unstored_response_is_a_404(engine: Engine, http: httpx.Client, how: str) -> None:
+    """vLLM keeps no responses unless its store is on: a follow-up or a read names none."""
+    if how == "get":
+        answer = http.get("/v1/responses/resp_nope")
+    else:
+        body = {"model": engine.model, "input": "and then?", "max_output_tokens": 3,
+                "previous_response_id": "resp_nope", **THINKING_OFF}  # fmt: skip
+        answer = http.post("/v1/responses", json=body)
+    assert answer.status_code == 404
+    error = answer.json()["error"]
+    assert (error["message"], error["type"], error["param"]) == (
+        "Response with id 'resp_nope' not found.",
+        "invalid_request_error",
+        "response_id",
+    )
