@@ -83,6 +83,9 @@ class PlannerSettings:
     grounding_limit: int = 3
     session_memory_limit: int = 8
     reject_undeclared: bool = True  # rehearsal.checks: undeclared arguments are invalid
+    # Share of calls of an ``ignore_vetoes`` tool still imagined, so that trust can be re-earned;
+    # the rest are not imagined (their vetoes would not be acted on: pure cost).
+    probe_rate: float = 1.0
 
 
 @dataclass(slots=True)
@@ -229,8 +232,15 @@ class RehearsalContext:
         return state
 
     def _skipped(self, turn: AssistantTurn) -> bool:
-        """Whether trust switched imagination off for a tool of ``turn``."""
-        return any(self.policy(call.name) == "off" for call in turn.tool_calls)
+        """Whether trust switched imagination off for a tool of ``turn``.
+
+        Always for a tool under ``off``; for one under ``ignore_vetoes``, outside the probe rate
+        (one draw per turn).
+        """
+        policies = {self.policy(call.name) for call in turn.tool_calls}
+        if "off" in policies:
+            return True
+        return "ignore_vetoes" in policies and self.rng.random() >= self.settings.probe_rate
 
     async def grounding_for(self, call: ToolCall) -> list[GroundingObservation]:
         """Real results of this tool for the few-shot section; a store failure means none."""

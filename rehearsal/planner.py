@@ -379,16 +379,18 @@ def _unrehearsed_by_trust(ctx: RehearsalContext, decision: Decision) -> Decision
     """Say so when the committed call went unimagined because trust switched its tools off.
 
     Whatever route chose it (``select``'s vote, a fallback, a schema-valid alternative to an
-    invalid anchor), a call whose every tool is under trust ``off`` was not rehearsed on
-    purpose, so its path is ``trust_off`` and the route stays in ``why``. Any other commit
-    that went unimagined keeps its path and reads ``committed_rehearsed: false``.
+    invalid anchor), a call whose walk trust skipped (a tool under ``off``, or under
+    ``ignore_vetoes`` outside the probe rate) was not rehearsed on purpose, so its path is
+    ``trust_off`` and the route stays in ``why``. Any other commit that went unimagined keeps
+    its path and reads ``committed_rehearsed: false``.
     """
-    calls = decision.turn.tool_calls
-    if decision.path == "trust_off" or not calls:
+    if decision.path == "trust_off" or decision.turn.is_answer:
         return decision
-    if any(ctx.policy(call.name) != "off" for call in calls):
+    signature = decision.turn.signature
+    if not any(w.ended == "skipped" and len(w.steps) == 1 and w.steps[0].turn.signature == signature
+               for w in ctx.walks):  # fmt: skip
         return decision
-    why = f"{decision.path}, not imagined: trust is off for its tools; {decision.why}"
+    why = f"{decision.path}, not imagined: trust switched imagination off; {decision.why}"
     return replace(decision, path="trust_off", why=why)
 
 

@@ -167,6 +167,7 @@ class GatewaySettings(BaseSettings):
     trust_off_threshold: float = Field(default=0.5, ge=0, le=1)
     trust_auto_off: bool = True
     trust_window: int = Field(default=200, ge=2)
+    trust_probe_rate: float = Field(default=0.25, ge=0, le=1)
     trust_ttl_s: int = Field(default=24 * 3600, ge=1)
     # Operator pins, "tool=policy,tool=policy" (policies: trusted, learning, ignore_vetoes, off).
     trust_pins: Annotated[

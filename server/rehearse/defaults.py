@@ -43,6 +43,7 @@ def planner_settings(settings: GatewaySettings) -> PlannerSettings:
         memory_tokens=settings.memory_note_tokens,
         grounding_limit=settings.grounding_examples,
         reject_undeclared=settings.reject_undeclared_arguments,
+        probe_rate=settings.trust_probe_rate,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from rehearsal.budget import Budget
+from rehearsal.context import PlannerSettings
 from rehearsal.errors import GeneratorError
 from rehearsal.planner import Planner
 from rehearsal.testing import (
@@ -126,8 +127,23 @@ async def test_a_fallback_to_a_tool_under_trust_off_says_trust_off() -> None:
         "trust_off",
         False,
     )
-    assert result.why.startswith("valid_fallback, not imagined: trust is off")
+    assert result.why.startswith("valid_fallback, not imagined: trust switched")
     assert len(engine.by_role("rehearse")) == 0
+
+
+@pytest.mark.parametrize(
+    ("probe_rate", "calls", "path"), [(0.0, 1, "trust_off"), (1.0, 2, "anchor")]
+)
+async def test_an_ignored_tool_is_imagined_at_the_probe_rate(
+    probe_rate: float, calls: int, path: str
+) -> None:
+    """Under ignore_vetoes imagination is only a probe for re-earning trust: mostly skipped."""
+    engine = ScriptedGenerator().enqueue(acting(GET), role="act")
+    engine.enqueue(imagined({"status": "pending"}))
+    request = make_request(temperature=0.3, seed=5, trust={"get_order": "ignore_vetoes"})
+    planner = Planner(engine, settings=PlannerSettings(probe_rate=probe_rate))
+    result = await planner.run(request, Budget(budget=4), rng=random.Random(1))
+    assert (result.turn, result.commit_path, result.engine_calls) == (GET, path, calls)
 
 
 async def test_select_under_trust_off_says_trust_off() -> None:
