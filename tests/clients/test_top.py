@@ -8,6 +8,7 @@ import http.server
 import io
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -210,17 +211,31 @@ sys.exit(args.func(args))
 
 
 def test_live_mode_retries_and_exits_cleanly_on_ctrl_c() -> None:
-    """Live mode keeps retrying an unreachable gateway, says so, and exits 0 on SIGINT."""
+    """Live mode keeps retrying an unreachable gateway, says so, and exits 0 on SIGINT.
+
+    SIGINT goes only once the program has said it is retrying: on a loaded machine a fixed
+    sleep could land during its imports, which is Python's own KeyboardInterrupt, not ours.
+    """
     url = f"http://127.0.0.1:{free_port()}"
     proc = subprocess.Popen(
         [sys.executable, "-c", _LIVE_SCRIPT, "top", "--url", url, "--interval", "0.1"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "100", "TERM": "dumb"},
+        env={**os.environ, "COLUMNS": "100", "TERM": "dumb", "PYTHONUNBUFFERED": "1"},
     )
+    seen = b""
     try:
-        time.sleep(1.5)  # several refresh intervals: it must still be running
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while b"Retrying every 0.1s" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                seen += chunk
+        time.sleep(0.5)  # several refresh intervals: it must still be running
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=10)
@@ -230,7 +245,7 @@ def test_live_mode_retries_and_exits_cleanly_on_ctrl_c() -> None:
             proc.communicate()
     assert proc.returncode == 0, stderr.decode()
     assert b"Traceback" not in stderr
-    assert b"Retrying every 0.1s; Ctrl-C to quit." in stdout
+    assert b"Retrying every 0.1s; Ctrl-C to quit." in seen + stdout
 
 
 def test_register_adds_top_subcommand() -> None:
