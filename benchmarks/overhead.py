@@ -1,16 +1,20 @@
-"""Pass-through overhead of the gateway, measured against the engine twin in the same run.
+"""Pass-through cost of the gateway next to vllm-router's, both in front of one engine, one run.
 
-Starts the twin (``--latency zero``) and a gateway in front of it, then, for 1, 16 and 64
-concurrent clients, alternates rounds sent straight to the twin and rounds sent through the
-gateway (the order flips every round, so machine drift hits both alike). Requests are realistic
-tool-calling chats (system prompt, tool list, a few turns with a tool result). The load generator
-is a minimal keep-alive HTTP/1.1 client on asyncio streams, so its own CPU stays small.
+Starts the engine twin (``--latency zero``: the engine costs no wall time), the pinned
+``vllm-router`` in front of it (the deploy files' flags, ``tests/support/router.py``) and a
+gateway in front of it (pass-through: no rehearsal). For each body profile
+(``benchmarks/bodies.py``: ``small``, and ``agent``, a realistic mid-task agent turn) and each
+client count it sends rounds straight to the twin, through the router and through the gateway,
+rotating the order every round so machine drift hits all three alike. The load generator is a
+bare keep-alive HTTP/1.1 client on asyncio streams, so its own CPU stays small.
 
-Printed per concurrency: p50/p99 latency direct and through the gateway, the added latency, the
-gateway process's CPU time per request (utime + stime from ``/proc/<pid>/stat``, so the twin's
-and this script's CPU are excluded) and errors. Ratios, not absolute times, are the point.
+Printed per profile and client count, for each front: p50/p99 latency, the latency it adds to the
+direct path, its process's CPU time per request (utime + stime of that process from
+``/proc/<pid>/stat``; the twin's and this script's CPU are excluded) and errors; then the
+gateway's ratios to vllm-router. Ratios from one run, not absolute times, are the point.
 
-    python -m benchmarks.overhead [--rounds 6] [--requests 400] [--markdown]
+    python -m benchmarks.overhead [--rounds 4] [--requests 300] [--clients 1 16 64]
+                                  [--profiles small agent] [--json PATH]
 """
 
 from __future__ import annotations
@@ -18,96 +22,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bodies import PROFILES, build_bodies  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
+from tests.support.router import start_router  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-MODEL = "EnvACE-Qwen3-8B"
-
-
-def _tool(name: str, description: str, props: dict[str, dict[str, object]]) -> dict[str, object]:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": props, "required": list(props)},
-        },
-    }
-
-
-TOOLS = [
-    _tool("get_order_details", "Look up an order by id.", {"order_id": {"type": "string"}}),
-    _tool("get_user_details", "Look up a user by id.", {"user_id": {"type": "string"}}),
-    _tool(
-        "cancel_pending_order",
-        "Cancel a pending order.",
-        {
-            "order_id": {"type": "string"},
-            "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]},
-        },
-    ),
-    _tool(
-        "return_delivered_order_items",
-        "Return items of a delivered order.",
-        {
-            "order_id": {"type": "string"},
-            "item_ids": {"type": "array", "items": {"type": "string"}},
-            "payment_method_id": {"type": "string"},
-        },
-    ),
-    _tool("find_user_id_by_email", "Find a user id.", {"email": {"type": "string"}}),
-]
-SYSTEM = (
-    "You are a retail customer-service agent. Authenticate the user first, check order status "
-    "before any write, confirm every write with the user, and call one tool at a time."
-)
-
-
-def build_requests(count: int, seed: int) -> list[bytes]:
-    """Varied tool-calling chat requests (1–3 turns, some carrying a tool result)."""
-    rng = random.Random(seed)
-    bodies = []
-    for i in range(count):
-        order = f"#W{1000 + rng.randrange(9000)}"
-        messages: list[dict[str, object]] = [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Hi, I am user {i}; please cancel order {order}."},
-        ]
-        if rng.random() < 0.5:
-            call_id = f"chatcmpl-tool-{rng.getrandbits(128):032x}"
-            arguments = orjson.dumps({"order_id": order}).decode()
-            messages += [
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": "get_order_details", "arguments": arguments},
-                        }
-                    ],
-                },
-                {
-                    "role": "tool",
-                    "tool_call_id": call_id,
-                    "content": orjson.dumps({"order_id": order, "status": "pending"}).decode(),
-                },
-            ]
-        body = {"model": MODEL, "messages": messages, "tools": TOOLS, "seed": i, "max_tokens": 256}
-        bodies.append(orjson.dumps(body))
-    return bodies
+FRONTS = ("direct", "vllm-router", "gateway")
 
 
 class Connection:
@@ -152,7 +84,7 @@ class Samples:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of one process, from the kernel's accounting."""
+    """utime + stime of one process (all its threads), from the kernel's accounting."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
@@ -187,95 +119,140 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-async def measure(args: argparse.Namespace, twin: Proc, gateway: Proc) -> list[dict[str, float]]:
-    bodies = build_requests(64, seed=7)
-    rows = []
-    for clients in args.clients:
-        total = max(args.requests, clients * 4)
-        await run_round(gateway.port, clients, bodies, clients * 4)  # warm-up, both paths
-        await run_round(twin.port, clients, bodies, clients * 4)
-        direct, through = Samples(), Samples()
-        for rnd in range(args.rounds):
-            order = [(twin, direct), (gateway, through)]
-            for proc, acc in order if rnd % 2 == 0 else order[::-1]:
-                cpu_before = process_cpu_seconds(gateway.popen.pid)
-                got = await run_round(proc.port, clients, bodies, total)
-                if proc is gateway:
-                    acc.cpu_seconds += process_cpu_seconds(gateway.popen.pid) - cpu_before
-                acc.latencies += got.latencies
-                acc.errors += got.errors
-                acc.requests += got.requests
-        rows.append(
-            {
-                "clients": clients,
-                "direct_p50": pct(direct.latencies, 0.5),
-                "direct_p99": pct(direct.latencies, 0.99),
-                "gateway_p50": pct(through.latencies, 0.5),
-                "gateway_p99": pct(through.latencies, 0.99),
-                "added_p50": pct(through.latencies, 0.5) - pct(direct.latencies, 0.5),
-                "cpu_ms": through.cpu_seconds / through.requests * 1000,
-                "errors_direct": direct.errors,
-                "errors_gateway": through.errors,
-                "requests": through.requests,
-            }
-        )
-    return rows
+async def measure_one(
+    args: argparse.Namespace, fronts: dict[str, Proc], profile: str, clients: int
+) -> dict[str, Any]:
+    """Interleaved rounds of one profile and client count on every front."""
+    bodies = build_bodies(profile, 64, seed=7)
+    total = max(args.requests, clients * 4)
+    for proc in fronts.values():  # warm-up: connections, imports, caches
+        await run_round(proc.port, clients, bodies, clients * 4)
+    acc = {name: Samples() for name in fronts}
+    names = list(fronts)
+    for rnd in range(args.rounds):
+        shift = rnd % len(names)
+        for name in names[shift:] + names[:shift]:
+            proc = fronts[name]
+            cpu_before = process_cpu_seconds(proc.popen.pid)
+            got = await run_round(proc.port, clients, bodies, total)
+            acc[name].cpu_seconds += process_cpu_seconds(proc.popen.pid) - cpu_before
+            acc[name].latencies += got.latencies
+            acc[name].errors += got.errors
+            acc[name].requests += got.requests
+    direct_p50 = pct(acc["direct"].latencies, 0.5)
+    direct_p99 = pct(acc["direct"].latencies, 0.99)
+    row: dict[str, Any] = {
+        "profile": profile,
+        "body_bytes": sorted(map(len, bodies))[len(bodies) // 2],
+        "clients": clients,
+        "fronts": {},
+    }
+    for name, samples in acc.items():
+        p50, p99 = pct(samples.latencies, 0.5), pct(samples.latencies, 0.99)
+        row["fronts"][name] = {
+            "p50_ms": p50,
+            "p99_ms": p99,
+            "added_p50_ms": p50 - direct_p50,
+            "added_p99_ms": p99 - direct_p99,
+            # The direct path's CPU is the twin's: excluded (it is the same work on every path).
+            "cpu_ms": None if name == "direct" else samples.cpu_seconds / samples.requests * 1000,
+            "errors": samples.errors,
+            "requests": samples.requests,
+        }
+    gateway, router = row["fronts"]["gateway"], row["fronts"]["vllm-router"]
+    row["cpu_ratio"] = gateway["cpu_ms"] / router["cpu_ms"] if router["cpu_ms"] else None
+    row["added_p50_excess_ms"] = gateway["added_p50_ms"] - router["added_p50_ms"]
+    return row
 
 
-def render(rows: list[dict[str, float]]) -> str:
-    header = (
-        "| clients | direct p50 ms | direct p99 ms | gateway p50 ms | gateway p99 ms "
-        "| added p50 ms | gateway CPU ms/req | errors (direct/gateway) | requests |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-    )
-    lines = [
-        f"| {r['clients']} | {r['direct_p50']:.2f} | {r['direct_p99']:.2f} "
-        f"| {r['gateway_p50']:.2f} | {r['gateway_p99']:.2f} | {r['added_p50']:+.2f} "
-        f"| {r['cpu_ms']:.3f} "
-        f"| {r['errors_direct']}/{r['errors_gateway']} | {r['requests']} |"
-        for r in rows
+async def measure(args: argparse.Namespace, fronts: dict[str, Proc]) -> list[dict[str, Any]]:
+    return [
+        await measure_one(args, fronts, profile, clients)
+        for profile in args.profiles
+        for clients in args.clients
     ]
-    return header + "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--requests", type=int, default=400, help="requests per round")
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--workdir", default=str(ROOT / ".cache" / "bench"))
-    args = parser.parse_args()
-    workdir = Path(args.workdir)
-    twin_port, gateway_port = free_port(), free_port()
-    twin = start_http_server(
-        cli_argv("twin", "--port", str(twin_port), "--latency", "zero", "--seed", "1"),
-        port=twin_port,
-        log_path=workdir / "twin.log",
-    )
+def render(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| profile | clients | front | p50 ms | p99 ms | added p50 ms | added p99 ms "
+        "| CPU ms/req | errors | requests |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        for name, f in r["fronts"].items():
+            cpu = "—" if f["cpu_ms"] is None else f"{f['cpu_ms']:.3f}"
+            lines.append(
+                f"| {r['profile']} ({r['body_bytes']} B) | {r['clients']} | {name} "
+                f"| {f['p50_ms']:.2f} | {f['p99_ms']:.2f} | {f['added_p50_ms']:+.2f} "
+                f"| {f['added_p99_ms']:+.2f} | {cpu} | {f['errors']} | {f['requests']} |"
+            )
+    lines += [
+        "",
+        "| profile | clients | gateway CPU / vllm-router CPU "
+        "| gateway added p50 − vllm-router added p50 ms |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        ratio = "—" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}×"
+        lines.append(
+            f"| {r['profile']} | {r['clients']} | {ratio} | {r['added_p50_excess_ms']:+.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def start_fronts(workdir: Path) -> dict[str, Proc]:
+    """The twin, vllm-router in front of it, a gateway in front of it (caller stops them)."""
+    twin_port = free_port()
+    fronts: dict[str, Proc] = {}
     try:
-        gateway = start_http_server(
-            cli_argv(
-                "serve",
-                "--engine",
-                f"{twin.url}/v1",
-                "--port",
-                str(gateway_port),
-                "--log-level",
-                "warning",
-            ),
+        fronts["direct"] = start_http_server(
+            cli_argv("twin", "--port", str(twin_port), "--latency", "zero", "--seed", "1"),
+            port=twin_port,
+            log_path=workdir / "twin.log",
+        )
+        engine = fronts["direct"].url
+        fronts["vllm-router"] = start_router([engine], workdir / "router.log")
+        gateway_port = free_port()
+        fronts["gateway"] = start_http_server(
+            cli_argv("serve", "--engine", f"{engine}/v1", "--port", str(gateway_port),
+                     "--log-level", "warning"),
             port=gateway_port,
             log_path=workdir / "gateway.log",
-        )
+        )  # fmt: skip
+    except BaseException:
+        stop_fronts(fronts)
+        raise
+    return fronts
+
+
+def stop_fronts(fronts: dict[str, Proc]) -> None:
+    for proc in reversed(fronts.values()):
+        proc.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=300, help="requests per round and front")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--profiles", nargs="+", default=list(PROFILES), choices=list(PROFILES))
+    parser.add_argument("--json", help="also write the rows as JSON to this path")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="rgw-overhead-") as tmp:
+        fronts = start_fronts(Path(tmp))
         try:
-            rows = asyncio.run(measure(args, twin, gateway))
+            rows = asyncio.run(measure(args, fronts))
         finally:
-            gateway.stop()
-    finally:
-        twin.stop()
-    print(f"gateway pass-through overhead vs. the twin (zero latency), {os.cpu_count()} CPUs")
+            stop_fronts(fronts)
+    print(
+        f"pass-through cost: gateway and vllm-router, each in front of one twin (zero latency), "
+        f"{args.rounds} interleaved rounds of {args.requests} requests, {os.cpu_count()} CPUs"
+    )
     print(render(rows))
-    bad = [r for r in rows if r["errors_gateway"]]
-    return 1 if bad else 0
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+    return 1 if any(f["errors"] for r in rows for f in r["fronts"].values()) else 0
 
 
 if __name__ == "__main__":
