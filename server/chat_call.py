@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rehearsal.budget import Budget
-from server.protocol import ChatCompletionRequest
+from server.protocol import ChatRequestHead
 
 PASSTHROUGH = "passthrough"
 
@@ -21,7 +21,7 @@ PASSTHROUGH = "passthrough"
 class ChatCall:
     """One validated chat-completions request, ready to send."""
 
-    request: ChatCompletionRequest
+    request: ChatRequestHead  # all of ChatCompletionRequest when the call is rehearsed
     body: dict[str, Any]  # the client's JSON as parsed (extras included)
     payload: bytes  # the bytes an engine receives for a pass-through
     model: str | None  # the engine-side model name (aliases resolved)

@@ -13,7 +13,7 @@ tool results answering calls this gateway committed are first fed back
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -22,24 +22,43 @@ from server.chat_call import PASSTHROUGH, ChatCall, JsonAnswer
 from server.engines.calls import EngineCalls, StreamAnswer
 from server.engines.pool import EnginePool, affinity_key
 from server.errors import InvalidRequest
-from server.protocol import ChatCompletionRequest
+from server.protocol import ChatCompletionRequest, ChatRequestHead, tool_schema_problem
 from server.rehearse.feedback import Feedback
 from server.rehearse.service import RehearsalRun, RehearsalService
 from server.settings import Role
 
 ChatAnswer = JsonAnswer | StreamAnswer | RehearsalRun
+RequestT = TypeVar("RequestT", bound=ChatRequestHead)
 
 
-def decode_chat_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionRequest]:
-    """Parse and validate a request body; ``InvalidRequest`` names what is wrong."""
+def decode_chat_request(
+    raw: bytes, model: type[RequestT] = ChatCompletionRequest  # type: ignore[assignment]
+) -> tuple[dict[str, Any], RequestT]:
+    """Parse and validate a request body (all of it by default, or only its ``ChatRequestHead``);
+    ``InvalidRequest`` names what is wrong."""
+    body = decode_json_object(raw)
+    request = validate_request(model, body)
+    if (problem := tool_schema_problem(body.get("tools"))) is not None:
+        param, message = problem
+        raise InvalidRequest(f"{param}: {message}", param=param)
+    return body, request
+
+
+def decode_json_object(raw: bytes) -> dict[str, Any]:
+    """The request body's JSON object; ``InvalidRequest`` when it is not one."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON ({exc.msg})") from None
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
+    return body
+
+
+def validate_request(model: type[RequestT], body: dict[str, Any]) -> RequestT:
+    """``body`` checked against a request model; ``InvalidRequest`` names what is wrong."""
     try:
-        return body, ChatCompletionRequest.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         param = _param_path(first["loc"])
@@ -99,10 +118,17 @@ class ChatService:
         tenant: str,
         headers: Mapping[str, str] | None = None,
     ) -> ChatCall:
-        """Validate a request body (and its rehearsal knobs) and work out where it goes."""
-        body, request = decode_chat_request(raw)
-        model = self.pool.resolve_model(request.model)
+        """Validate a request body (and its rehearsal knobs) and work out where it goes.
+
+        A pass-through is checked as far as the gateway reads it (``ChatRequestHead``) and its
+        bytes relayed; a call to rehearse is checked whole, since rehearsal builds requests of
+        its own from it.
+        """
+        body, request = decode_chat_request(raw, ChatRequestHead)
         budget = self.rehearsal.budget_for(body, headers or {})
+        if budget is not None:
+            request = validate_request(ChatCompletionRequest, body)
+        model = self.pool.resolve_model(request.model)
         payload = raw
         if model != request.model or "rehearsal" in body:
             # ``rehearsal`` is ours: an engine must never see it (vLLM would reject it).
