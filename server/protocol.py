@@ -44,7 +44,6 @@ class FunctionDefinition(_Wire):
     strict: bool | None = None
 
 
-
 def tool_parameters_problem(value: dict[str, Any] | None) -> str | None:
     """What is wrong with a tool's parameters, which must be a JSON Schema for an object.
 

@@ -32,7 +32,8 @@ RequestT = TypeVar("RequestT", bound=ChatRequestHead)
 
 
 def decode_chat_request(
-    raw: bytes, model: type[RequestT] = ChatCompletionRequest  # type: ignore[assignment]
+    raw: bytes,
+    model: type[RequestT] = ChatCompletionRequest,  # type: ignore[assignment]
 ) -> tuple[dict[str, Any], RequestT]:
     """Parse and validate a request body (all of it by default, or only its ``ChatRequestHead``);
     ``InvalidRequest`` names what is wrong."""
