@@ -38,6 +38,7 @@ from server.rehearse.defaults import (
     budget_caps,
     budget_defaults,
     planner_settings,
+    rehearse_priority,
     trust_settings,
 )
 from server.rehearse.feedback import Feedback
@@ -120,6 +121,7 @@ async def open_state(
         caps=budget_caps(settings),
         planner=planner_settings(settings),
         trust=trust_settings(settings),
+        rehearse_priority=rehearse_priority(settings),
     )
     feedback = Feedback(store, metrics)
     chat = ChatService(pool, calls, rehearsal=rehearsal, feedback=feedback)

@@ -23,6 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Role = Literal["act", "rehearse"]
+# vLLM's priority of a rehearsal-role call under ``engine_scheduling = "priority"`` (vLLM's
+# default, which every other call keeps, is 0; a larger number is served later).
+REHEARSAL_PRIORITY = 10
 RouterKind = Literal["vllm-router"]
 ALL_ROLES: frozenset[Role] = frozenset(("act", "rehearse"))
 MASK = "********"
@@ -115,6 +118,12 @@ class GatewaySettings(BaseSettings):
     engine_keepalive_s: float = Field(default=4.0, gt=0)
     # A CA bundle (PEM) for https engines with a private CA; unset: the system's CAs.
     engine_ca_file: str | None = None
+    # The engines' vLLM ``--scheduling-policy``. With "priority" (every engine started with
+    # ``--scheduling-policy priority``), rehearsal-role calls carry vLLM ``priority``
+    # REHEARSAL_PRIORITY (lower is sooner; commits and pass-through keep the default, 0), so
+    # imagination never queues real work behind it. With "fcfs" no call carries a priority: vLLM
+    # refuses one unless its engine schedules by priority.
+    engine_scheduling: Literal["fcfs", "priority"] = "fcfs"
     health_interval: float = Field(default=5.0, gt=0)
     health_timeout: float = Field(default=2.0, gt=0)
     # Seconds between two resolutions of each `discover=dns` engine name.

@@ -54,6 +54,12 @@ def register(subparsers: Any) -> None:
         metavar="KEY",
         help="require this bearer key (repeatable; prefer RGW_API_KEYS, flags show in `ps`)",
     )
+    parser.add_argument(
+        "--engine-scheduling",
+        choices=("fcfs", "priority"),
+        help="the engines' vLLM --scheduling-policy; with priority, rehearsal calls yield to "
+        "commits and pass-through (default fcfs)",
+    )
     parser.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"))
     parser.add_argument("--access-log", action="store_true", help="log every request line")
     parser.set_defaults(func=run)
@@ -99,6 +105,7 @@ def _export(args: argparse.Namespace) -> None:
         "WORKERS": _text(args.workers),
         "API_KEYS": orjson.dumps(args.api_key).decode() if args.api_key else None,
         "LOG_LEVEL": args.log_level,
+        "ENGINE_SCHEDULING": getattr(args, "engine_scheduling", None),
     }
     for name, value in values.items():
         if value is not None:

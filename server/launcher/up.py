@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from server.launcher.processes import EnginePlan, EngineProcess
+    from server.settings import GatewaySettings
 
 ENVACE_FLAGS = (
     "--enable-auto-tool-choice",
@@ -162,14 +163,19 @@ def _extra_vllm_args(args: argparse.Namespace) -> list[str]:
     return extra
 
 
-def _vllm_argv(args: argparse.Namespace, vllm: str, port: int, extra: list[str]) -> tuple[str, ...]:
+def _vllm_argv(
+    args: argparse.Namespace, vllm: str, port: int, extra: list[str], scheduling: str
+) -> tuple[str, ...]:
     from server.launcher.processes import ENGINE_HOST
 
+    # The gateway's RGW_ENGINE_SCHEDULING says how the engines schedule: they must agree.
+    policy = ("--scheduling-policy", "priority") if scheduling == "priority" else ()
     return (vllm, "serve", args.model, "--host", ENGINE_HOST, "--port", str(port),
-            "--served-model-name", args.served_model_name, *ENVACE_FLAGS, *extra)  # fmt: skip
+            "--served-model-name", args.served_model_name, *ENVACE_FLAGS, *policy,
+            *extra)  # fmt: skip
 
 
-def _check_gateway(args: argparse.Namespace) -> None:
+def _check_gateway(args: argparse.Namespace) -> GatewaySettings:
     """Reject, before minutes of loading, what ``serve`` would reject once the engines are up."""
     from server.launcher import serve as serve_cli
 
@@ -178,7 +184,7 @@ def _check_gateway(args: argparse.Namespace) -> None:
     except serve_cli.SettingsRefused as exc:
         raise UsageError(str(exc)) from exc
     if settings.port == 0:
-        return
+        return settings
     family, kind, proto, _, address = socket.getaddrinfo(
         settings.host, settings.port, type=socket.SOCK_STREAM
     )[0]
@@ -188,6 +194,7 @@ def _check_gateway(args: argparse.Namespace) -> None:
             sock.bind(address)
         except OSError as exc:
             raise UsageError(f"the gateway cannot listen on {address}: {exc.strerror}") from exc
+    return settings
 
 
 class _Signals:
@@ -241,13 +248,19 @@ def run(args: argparse.Namespace) -> int:
             for name, port in zip(names, ports, strict=True)
         ]
         args.engine = [*specs, *(args.engine or [])]
-        _check_gateway(args)
+        scheduling = _check_gateway(args).engine_scheduling
         log_dir = _log_dir(args.log_dir)
     except UsageError as exc:
         print(f"rehearsal-gateway up: {exc}", file=sys.stderr)
         return 2
     plans = [
-        EnginePlan(name, port, gpu, _vllm_argv(args, vllm, port, extra), log_dir / f"{name}.log")
+        EnginePlan(
+            name,
+            port,
+            gpu,
+            _vllm_argv(args, vllm, port, extra, scheduling),
+            log_dir / f"{name}.log",
+        )
         for name, port, gpu in zip(names, ports, gpus, strict=True)
     ]
     print(f"rehearsal-gateway up: {len(plans)} engine(s) for {args.model}, logs in {log_dir}")

@@ -10,7 +10,7 @@ from rehearsal.budget import Budget, BudgetCaps
 from rehearsal.context import PlannerSettings
 from rehearsal.prompts import DEFAULT_SYSTEM_INSTRUCTION, load_system_instruction
 from rehearsal.trust import TrustSettings
-from server.settings import GatewaySettings
+from server.settings import REHEARSAL_PRIORITY, GatewaySettings
 
 
 def budget_defaults(settings: GatewaySettings) -> Budget:
@@ -59,3 +59,8 @@ def trust_settings(settings: GatewaySettings) -> TrustSettings:
         window=settings.trust_window,
         pins=dict(settings.trust_pins),
     )
+
+
+def rehearse_priority(settings: GatewaySettings) -> int | None:
+    """The vLLM ``priority`` of rehearsal-role calls: only when the engines schedule by it."""
+    return REHEARSAL_PRIORITY if settings.engine_scheduling == "priority" else None

@@ -43,13 +43,18 @@ class EngineGenerator:
         model: str | None,
         affinity: bytes,
         on_call: CallObserver,
+        rehearse_priority: int | None = None,
     ) -> None:
         self.calls = calls
         self.model = model
         self.affinity = affinity
         self.on_call = on_call
+        self.rehearse_priority = rehearse_priority
 
     def payload(self, request: GenerationRequest, **extra: Any) -> bytes:
+        """The engine request; a rehearsal-role call carries ``rehearse_priority`` when set."""
+        if self.rehearse_priority is not None and request.role == "rehearse":
+            extra = {"priority": self.rehearse_priority, **extra}
         return orjson.dumps({"model": self.model, **request.to_openai_body(), **extra})
 
     async def generate(self, request: GenerationRequest) -> GenerationResponse:

@@ -162,6 +162,7 @@ class RehearsalRun:
             model=self.call.model,
             affinity=self.call.affinity,
             on_call=self._on_call,
+            rehearse_priority=self.service.rehearse_priority,
         )
 
     def _on_call(self, role: str, seconds: float) -> None:
@@ -253,8 +254,10 @@ class RehearsalService:
         caps: BudgetCaps,
         planner: PlannerSettings,
         trust: TrustSettings | None = None,
+        rehearse_priority: int | None = None,
     ) -> None:
         self.calls = calls
+        self.rehearse_priority = rehearse_priority
         self.store = store
         self.metrics = metrics
         self.defaults = defaults

@@ -39,6 +39,7 @@ VLLM_FLAGS = (
     "--tool-call-parser hermes",
     "--reasoning-parser qwen3",
     "--enable-prefix-caching",
+    "--scheduling-policy priority",  # with RGW_ENGINE_SCHEDULING=priority on the gateway
     "--served-model-name EnvACE-Qwen3-8B",
 )
 # Redis persistence as compose.yaml's comment explains it: RDB snapshots in /data, no AOF, writes

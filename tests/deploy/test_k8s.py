@@ -44,6 +44,7 @@ VLLM_FLAGS = (
     "--tool-call-parser hermes",
     "--reasoning-parser qwen3",
     "--enable-prefix-caching",
+    "--scheduling-policy priority",  # with RGW_ENGINE_SCHEDULING=priority on the gateway
     "--host 0.0.0.0",
     "--port 8000",
 )

@@ -353,3 +353,19 @@ def _chat_through(up: Proc) -> None:
     (call,) = choice.message.tool_calls
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+
+
+PRIORITY = (("--engine-scheduling", "priority"), ["--scheduling-policy", "priority"])
+
+
+@pytest.mark.parametrize(("flag", "policy"), [((), []), PRIORITY], ids=["fcfs", "priority"])
+def test_engine_scheduling_reaches_every_engine(
+    fake_vllm: Path, records: Path, flag: tuple[str, ...], policy: list[str]
+) -> None:
+    """The gateway's --engine-scheduling priority starts each engine with vLLM's flag for it."""
+    env = {"FAKE_VLLM_RECORD": str(records), "FAKE_VLLM_HANG": "1"}
+    argv = ("--model", MODEL, "--vllm", str(fake_vllm), "--start-timeout", "2", "--port", "0")
+    result = run_up(*argv, *flag, env=env)
+    assert result.returncode == 1, result.stdout + result.stderr  # the fake never answers
+    (record,) = map(_load, records.glob("*.json"))
+    assert record["argv"][-len(ENVACE_FLAGS) - len(policy) :] == [*ENVACE_FLAGS, *policy]
