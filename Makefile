@@ -5,7 +5,7 @@ PYTHON ?= python3
 # The BFCL release `rehearsal-gateway eval` runs (clients/eval/bfcl.py names the same one).
 BFCL_EVAL := bfcl-eval==2026.3.23
 
-.PHONY: install lint test test-fast test-vllm vllm-env demo bench clean
+.PHONY: install lint test test-fast test-vllm vllm-env demo bench bench-vllm clean
 
 install: $(VENV)/.installed
 
@@ -53,6 +53,11 @@ bench: install
 	$(PY) -m benchmarks.decisions
 	$(PY) -m benchmarks.gateway_cpu
 	$(PY) -m benchmarks.sizing --measure
+
+## Rehearsal on the real vLLM CPU engine (tiny model): K=4/K=1, vLLM's own prefix-cache
+## counters, plain-request latency under rehearsal load with and without priorities (~3 min).
+bench-vllm: install vllm-env
+	$(PY) -m benchmarks.rehearsal_vllm
 
 clean:
 	rm -rf $(VENV) .venv-vllm .cache .pytest_cache .mypy_cache .ruff_cache

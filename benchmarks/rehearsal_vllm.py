@@ -1,0 +1,237 @@
+"""Rehearsal on the real engine: vLLM (CPU build, tiny local Qwen3), its own counters, priorities.
+
+Starts one real vLLM (``tests/support/vllm.py``: the tiny random Qwen3 of ``make vllm-env``) with
+``--scheduling-policy priority`` and ``--max-num-seqs`` small enough that rehearsal traffic
+queues, and two gateways in front of it: one with ``RGW_ENGINE_SCHEDULING=priority`` (rehearsal
+calls carry vLLM ``priority`` 10), one with the default ``fcfs`` (no call carries a priority, so
+the engine serves in arrival order). Then:
+
+1. **Overlap** — parallel rehearsal wall time at K = 4 versus K = 1 (depth 1, ``reflect``, no
+   early exit), rounds interleaved. The random model's tool calls are forced to the weather tool
+   with a city chosen by the model (``structured_outputs`` regex, the trick of
+   ``tests/contract/wire.py``), so K candidates are up to K distinct actions, each imagined.
+2. **Prefix cache** — vLLM's own ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``
+   read from its ``/metrics`` before and after the overlap rounds (every prompt token the engine
+   saw, all roles), and the gateway's per-role figure for the rehearsal role (vLLM's
+   ``usage.prompt_tokens_details.cached_tokens`` summed over imagination calls).
+3. **Priorities** — p50 latency of plain pass-through requests sent one at a time: alone, then
+   under concurrent K = 4 rehearsal traffic through the fcfs gateway, then through the priority
+   gateway, phases interleaved.
+
+    python -m benchmarks.rehearsal_vllm [--rounds 3] [--plain 8] [--load 4] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.contract.wire import THINKING_OFF, USER_ASKS, WEATHER_TOOL  # noqa: E402
+from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
+from tests.support.vllm import SERVED_MODEL_NAME, start_vllm  # noqa: E402
+
+CITIES = ("Paris", "Rome", "Oslo", "Lima", "Cairo", "Quito", "Hanoi", "Dakar", "Perth", "Porto",
+          "Seoul", "Sofia", "Tunis", "Turin", "Vaduz", "Zagreb")  # fmt: skip
+FORCED_CALL = {
+    "regex": '<tool_call>\\n\\{"name": "get_weather", "arguments": \\{"city": "('
+    + "|".join(CITIES)
+    + ')"\\}\\}\\n</tool_call>'
+}
+SYSTEM = (
+    "You are a travel assistant. Look up the weather with the get_weather tool before you "
+    "answer, one call at a time, and say which city you looked up."
+)
+
+
+def rehearsal_body(k: int, seed: int) -> dict[str, Any]:
+    """A tool-using turn to rehearse at budget ``k`` (parallel, depth 1, reflect, no early exit)."""
+    return {
+        "model": SERVED_MODEL_NAME,
+        "messages": [{"role": "system", "content": SYSTEM}, *USER_ASKS],
+        "tools": [WEATHER_TOOL],
+        "seed": seed,
+        "max_tokens": 48,
+        "temperature": 1.0,
+        **THINKING_OFF,
+        "structured_outputs": FORCED_CALL,
+        "rehearsal": {"mode": "parallel", "budget": k, "depth": 1, "commit": "reflect",
+                      "early_exit": False},
+    }  # fmt: skip
+
+
+def plain_body(seed: int) -> dict[str, Any]:
+    """A short pass-through request: what real work looks like next to rehearsal."""
+    return {"model": SERVED_MODEL_NAME, "messages": [{"role": "user", "content": f"Hi #{seed}"}],
+            "max_tokens": 16, "seed": seed, **THINKING_OFF}  # fmt: skip
+
+
+def prefix_counters(engine: Proc) -> tuple[float, float]:
+    """(hits, queries) of vLLM's prefix cache so far, from its own ``/metrics``."""
+    hits = queries = 0.0
+    for line in httpx.get(engine.url + "/metrics", timeout=10).text.splitlines():
+        name, _, value = line.partition(" ")
+        base = name.split("{", 1)[0]
+        if base in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"):
+            hits += float(value.rsplit(" ", 1)[-1])
+        elif base in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"):
+            queries += float(value.rsplit(" ", 1)[-1])
+    return hits, queries
+
+
+async def post(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    started = time.perf_counter()
+    response = await client.post("/v1/chat/completions", json=body)
+    elapsed = time.perf_counter() - started
+    if response.status_code != 200:
+        raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
+    answer: dict[str, Any] = orjson.loads(response.content)
+    return elapsed, answer
+
+
+async def overlap(gateway: Proc, engine: Proc, rounds: int) -> dict[str, Any]:
+    """K=1 vs K=4 wall time, interleaved; vLLM's prefix-cache share around the rounds."""
+    times: dict[int, list[float]] = {1: [], 4: []}
+    imagined: dict[int, list[int]] = {1: [], 4: []}
+    cached = prompt = 0
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as client:
+        await post(client, rehearsal_body(4, 0))  # warm-up: grammar compile, first prefill
+        hits0, queries0 = prefix_counters(engine)
+        for round_ in range(rounds):
+            for k in (1, 4) if round_ % 2 == 0 else (4, 1):
+                elapsed, answer = await post(client, rehearsal_body(k, 100 + round_))
+                times[k].append(elapsed)
+                summary = answer["rehearsal"]
+                imagined[k].append(summary["distinct_actions"])
+                rehearse = summary["tokens"].get("rehearse", {})
+                cached += rehearse.get("cached", 0)
+                prompt += rehearse.get("prompt", 0)
+        hits1, queries1 = prefix_counters(engine)
+    k1, k4 = statistics.median(times[1]), statistics.median(times[4])
+    return {
+        "k1_s": k1,
+        "k4_s": k4,
+        "ratio": k4 / k1,
+        "imagined_k1": statistics.median(imagined[1]),
+        "imagined_k4": statistics.median(imagined[4]),
+        "vllm_prefix_share": (hits1 - hits0) / max(queries1 - queries0, 1),
+        "vllm_prefix_queries": queries1 - queries0,
+        "rehearse_cached_share": cached / max(prompt, 1),
+    }
+
+
+async def plain_latencies(url: str, count: int, seed: int) -> list[float]:
+    async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+        return [(await post(client, plain_body(seed + i)))[0] for i in range(count)]
+
+
+async def under_load(url: str, plain: int, load: int, seed: int) -> list[float]:
+    """Plain requests one at a time while ``load`` clients keep K=4 rehearsals in flight."""
+    stop = asyncio.Event()
+
+    async def rehearse_forever(worker: int) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+            i = 0
+            while not stop.is_set():
+                await post(client, rehearsal_body(4, seed + 1000 * worker + i))
+                i += 1
+
+    workers = [asyncio.create_task(rehearse_forever(w)) for w in range(load)]
+    await asyncio.sleep(1.0)  # let the rehearsal traffic fill the engine's queue
+    try:
+        return await plain_latencies(url, plain, seed)
+    finally:
+        stop.set()
+        await asyncio.gather(*workers)
+
+
+async def priorities(gateways: dict[str, Proc], args: argparse.Namespace) -> dict[str, Any]:
+    samples: dict[str, list[float]] = {"alone": [], "fcfs": [], "priority": []}
+    for round_ in range(args.priority_rounds):
+        seed = 5000 + 100 * round_
+        samples["alone"] += await plain_latencies(gateways["priority"].url, args.plain, seed)
+        order = ("fcfs", "priority") if round_ % 2 == 0 else ("priority", "fcfs")
+        for name in order:
+            samples[name] += await under_load(gateways[name].url, args.plain, args.load, seed)
+    alone = statistics.median(samples["alone"])
+    return {
+        name: {
+            "p50_ms": statistics.median(values) * 1000,
+            "vs_alone": statistics.median(values) / alone,
+            "n": len(values),
+        }
+        for name, values in samples.items()
+    }
+
+
+def start_gateway(engine: Proc, scheduling: str, workdir: Path) -> Proc:
+    port = free_port()
+    return start_http_server(
+        cli_argv("serve", "--port", str(port), "--engine", engine.url + "/v1",
+                 "--engine-scheduling", scheduling, "--log-level", "warning"),
+        port=port, log_path=workdir / f"gateway-{scheduling}.log",
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="K=1 and K=4 rounds each")
+    parser.add_argument("--plain", type=int, default=8, help="plain requests per phase")
+    parser.add_argument("--load", type=int, default=4, help="concurrent rehearsal clients")
+    parser.add_argument("--priority-rounds", type=int, default=2)
+    parser.add_argument("--max-num-seqs", type=int, default=8)
+    # The rehearsal role asks for up to 2048 tokens, which vLLM cuts at the context's end: a
+    # shorter context keeps the random model's imaginations to a few hundred tokens on a CPU.
+    parser.add_argument("--max-model-len", type=int, default=1024)
+    parser.add_argument("--json", help="also write the figures as JSON to this path")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="rgw-rehearsal-vllm-") as tmp:
+        workdir = Path(tmp)
+        flags = ["--scheduling-policy", "priority", "--max-num-seqs", str(args.max_num_seqs),
+                 "--max-model-len", str(args.max_model_len)]  # fmt: skip
+        engine = start_vllm(workdir / "vllm.log", flags)
+        gateways: dict[str, Proc] = {}
+        try:
+            for scheduling in ("priority", "fcfs"):
+                gateways[scheduling] = start_gateway(engine, scheduling, workdir)
+            lap = asyncio.run(overlap(gateways["priority"], engine, args.rounds))
+            waits = asyncio.run(priorities(gateways, args))
+        finally:
+            for gateway in gateways.values():
+                gateway.stop()
+            engine.stop()
+    print(f"real vLLM (CPU build, tiny random Qwen3, --scheduling-policy priority, "
+          f"--max-num-seqs {args.max_num_seqs}, --max-model-len {args.max_model_len}); "
+          f"{args.rounds} rounds per K")  # fmt: skip
+    print("\n| parallel, depth 1, reflect | K=1 | K=4 | K=4 / K=1 |\n|---|---:|---:|---:|")
+    print(f"| median wall time | {lap['k1_s'] * 1000:.0f} ms | {lap['k4_s'] * 1000:.0f} ms "
+          f"| {lap['ratio']:.2f} (target ≤ 1.3) |")  # fmt: skip
+    print(f"| distinct actions imagined per request (median) | {lap['imagined_k1']:.0f} "
+          f"| {lap['imagined_k4']:.0f} | |")  # fmt: skip
+    print(f"\nvLLM prefix cache around the rounds: {lap['vllm_prefix_share']:.1%} of "
+          f"{lap['vllm_prefix_queries']:.0f} prompt tokens (vllm:prefix_cache_hits / queries; "
+          "target ≥ 80%); rehearsal-role calls alone: "
+          f"{lap['rehearse_cached_share']:.1%}")  # fmt: skip
+    print("\n| plain pass-through requests | p50 ms | × alone | requests |\n|---|---:|---:|---:|")
+    labels = {"alone": "alone", "fcfs": "under rehearsal load, no priorities",
+              "priority": "under rehearsal load, rehearsal at priority 10"}  # fmt: skip
+    for name, row in waits.items():
+        print(f"| {labels[name]} | {row['p50_ms']:.0f} | {row['vs_alone']:.2f} | {row['n']} |")
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps({"overlap": lap, "priorities": waits}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
