@@ -104,7 +104,7 @@ async def overlap(gateway: Proc, engine: Proc, rounds: int) -> dict[str, Any]:
     """K=1 vs K=4 wall time, interleaved; vLLM's prefix-cache share around the rounds."""
     times: dict[int, list[float]] = {1: [], 4: []}
     imagined: dict[int, list[int]] = {1: [], 4: []}
-    cached = prompt = 0
+    cached = prompt = degraded = 0
     async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as client:
         await post(client, rehearsal_body(4, 0))  # warm-up: grammar compile, first prefill
         hits0, queries0 = prefix_counters(engine)
@@ -114,6 +114,7 @@ async def overlap(gateway: Proc, engine: Proc, rounds: int) -> dict[str, Any]:
                 times[k].append(elapsed)
                 summary = answer["rehearsal"]
                 imagined[k].append(summary["distinct_actions"])
+                degraded += bool(summary["degraded"])
                 rehearse = summary["tokens"].get("rehearse", {})
                 cached += rehearse.get("cached", 0)
                 prompt += rehearse.get("prompt", 0)
@@ -128,6 +129,7 @@ async def overlap(gateway: Proc, engine: Proc, rounds: int) -> dict[str, Any]:
         "vllm_prefix_share": (hits1 - hits0) / max(queries1 - queries0, 1),
         "vllm_prefix_queries": queries1 - queries0,
         "rehearse_cached_share": cached / max(prompt, 1),
+        "degraded": degraded,
     }
 
 
@@ -191,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", type=int, default=4, help="concurrent rehearsal clients")
     parser.add_argument("--priority-rounds", type=int, default=2)
     parser.add_argument("--max-num-seqs", type=int, default=8)
-    # The rehearsal role asks for up to 2048 tokens, which vLLM cuts at the context's end: a
-    # shorter context keeps the random model's imaginations to a few hundred tokens on a CPU.
-    parser.add_argument("--max-model-len", type=int, default=1024)
+    # The rehearsal role asks for up to 2048 tokens, cut at the context's end. A context much
+    # shorter than 2048 no longer holds the imagination prompt: those calls fail and degrade.
+    parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--json", help="also write the figures as JSON to this path")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="rgw-rehearsal-vllm-") as tmp:
@@ -219,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
           f"| {lap['ratio']:.2f} (target ≤ 1.3) |")  # fmt: skip
     print(f"| distinct actions imagined per request (median) | {lap['imagined_k1']:.0f} "
           f"| {lap['imagined_k4']:.0f} | |")  # fmt: skip
+    print(f"| degraded rehearsals (a failed call) | {lap['degraded']} of {2 * args.rounds} | | |")
     print(f"\nvLLM prefix cache around the rounds: {lap['vllm_prefix_share']:.1%} of "
           f"{lap['vllm_prefix_queries']:.0f} prompt tokens (vllm:prefix_cache_hits / queries; "
           "target ≥ 80%); rehearsal-role calls alone: "
