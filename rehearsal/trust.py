@@ -14,12 +14,15 @@ precision** ``ee / (ee + eo)`` (how often an imagined failure is real), the **mi
 ``oe / (oe + oo)`` (how often an imagined success fails for real) and the **false-veto rate**
 ``eo / (eo + oo)``.
 
-Acting on a veto swaps a call imagination said fails for one it said works. That pays exactly
-when a vetoed call fails more often than a call imagined clean, so the deciding figure is the
-**veto lift**, precision minus miss rate — not precision alone, whose meaning depends on how
-often the agent's calls fail at all. (Measured on the decisions benchmark at fidelity 0.8: veto
-precision 0.56 but a miss rate of 0.03; a fixed precision floor of 0.6 ignored those vetoes on
-45% of the commits and let a third of the agent's errors through.)
+Acting on a veto swaps a call imagination said fails for one it said works. That pays when a
+vetoed call fails clearly more often than a call imagined clean, so what decides is precision
+against the miss rate — not precision alone, whose meaning depends on how often the agent's
+calls fail at all: the **veto lift** (their difference) must reach ``lift_threshold`` and
+precision must be ``risk_ratio`` times the miss rate. Measured on the decisions benchmark
+(pooled per tenant): at fidelity 0.8 precision 0.27–0.64 against miss rates of 0.02–0.09
+(ratios 4.6–14); at fidelity 0 at most 0.53 against 0.31 (ratio 1.7) — a difference of 0.22
+there, as large as some at fidelity 0.8, which is why the ratio is needed as well. A fixed
+precision floor of 0.6 (before) ignored good vetoes on 45% of commits at fidelity 0.8.
 
 ``policy_for`` turns the counts into what the planner does with that tool's imagination:
 
@@ -28,8 +31,9 @@ precision 0.56 but a miss rate of 0.03; a fixed precision floor of 0.6 ignored t
   as a whole); imagination runs and is recorded, but its vetoes are not acted on, so the commit is
   what rehearsal off would have made unless a deterministic check vetoed it;
 - ``ignore_vetoes`` — enough pairs, but imagination's vetoes are not worth acting on: with at
-  least ``min_vetoes`` vetoes seen, their lift is under ``lift_threshold``; with fewer (too few
-  to judge a lift), agreement is under ``trust_threshold``. As learning, but for a measured
+  least ``min_vetoes`` vetoes seen, their lift is under ``lift_threshold`` or their precision
+  under ``risk_ratio`` × the miss rate; with fewer (too few to judge), agreement is under
+  ``trust_threshold``. As learning, but for a measured
   reason; imagination keeps running, so trust can be re-earned;
 - ``off`` — agreement under ``off_threshold`` (with ``auto_off``): the tool is not rehearsed at
   all (its cost is saved); the counts expire with their key's TTL, after which it is learning
@@ -60,7 +64,8 @@ class TrustSettings:
     enabled: bool = True
     min_samples: int = 8
     trust_threshold: float = 0.8
-    lift_threshold: float = 0.25
+    lift_threshold: float = 0.1
+    risk_ratio: float = 2.0
     min_vetoes: int = 4
     off_threshold: float = 0.5
     auto_off: bool = True
@@ -131,8 +136,11 @@ def _verdict(counts: Counts, vetoes_from: Counts, settings: TrustSettings) -> tu
         return "off", f"outcome agreement {agreement:.2f}"
     lift = vetoes_from.veto_lift
     if lift is not None and vetoes_from.ee + vetoes_from.eo >= settings.min_vetoes:
-        policy: Policy = "trusted" if lift >= settings.lift_threshold else "ignore_vetoes"
-        return policy, f"veto lift {lift:.2f}"
+        precision = vetoes_from.veto_precision or 0.0
+        miss = vetoes_from.miss_rate or 0.0
+        telling = lift >= settings.lift_threshold and precision >= settings.risk_ratio * miss
+        policy: Policy = "trusted" if telling else "ignore_vetoes"
+        return policy, f"veto lift {lift:.2f}, precision {precision:.2f} vs miss rate {miss:.2f}"
     policy = "trusted" if agreement >= settings.trust_threshold else "ignore_vetoes"
     return policy, f"outcome agreement {agreement:.2f}, too few vetoes for a lift"
 

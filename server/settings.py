@@ -171,7 +171,8 @@ class GatewaySettings(BaseSettings):
     trust_enabled: bool = True
     trust_min_samples: int = Field(default=8, ge=1)
     trust_threshold: float = Field(default=0.8, ge=0, le=1)
-    trust_lift_threshold: float = Field(default=0.25, ge=-1, le=1)
+    trust_lift_threshold: float = Field(default=0.1, ge=-1, le=1)
+    trust_risk_ratio: float = Field(default=2.0, ge=0)
     trust_min_vetoes: int = Field(default=4, ge=1)
     trust_off_threshold: float = Field(default=0.5, ge=0, le=1)
     trust_auto_off: bool = True

@@ -53,6 +53,7 @@ def trust_settings(settings: GatewaySettings) -> TrustSettings:
         min_samples=settings.trust_min_samples,
         trust_threshold=settings.trust_threshold,
         lift_threshold=settings.trust_lift_threshold,
+        risk_ratio=settings.trust_risk_ratio,
         min_vetoes=settings.trust_min_vetoes,
         off_threshold=settings.trust_off_threshold,
         auto_off=settings.trust_auto_off,

@@ -279,6 +279,7 @@ class RehearsalService:
                 "min_samples": settings.min_samples,
                 "trust_threshold": settings.trust_threshold,
                 "lift_threshold": settings.lift_threshold,
+                "risk_ratio": settings.risk_ratio,
                 "min_vetoes": settings.min_vetoes,
                 "off_threshold": settings.off_threshold,
                 "auto_off": settings.auto_off,

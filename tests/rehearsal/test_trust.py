@@ -48,7 +48,12 @@ def test_stored_fields_are_read_leniently() -> None:
         pytest.param(Counts(ee=9, eo=7, oe=4, oo=151), "trusted", id="lifting-vetoes"),
         # imagination that knows nothing: vetoed and clean-imagined calls fail alike
         pytest.param(Counts(ee=3, eo=3, oe=10, oo=10), "ignore_vetoes", id="no-lift"),
-        pytest.param(Counts(ee=4, eo=1, oe=4, oo=2), "ignore_vetoes", id="small-lift"),
+        pytest.param(Counts(ee=4, eo=1, oe=4, oo=2), "ignore_vetoes", id="small-ratio"),
+        # fidelity 0 as measured (sequential, skill 0.5): a lift of 0.22, but a ratio of 1.7
+        pytest.param(Counts(ee=21, eo=19, oe=19, oo=43), "ignore_vetoes", id="fidelity-0"),
+        # fidelity 0.8, skill 0.8: a lift of only 0.25, yet vetoes 11x likelier right than misses
+        pytest.param(Counts(ee=3, eo=8, oe=4, oo=159), "trusted", id="rare-errors"),
+        pytest.param(Counts(ee=1, eo=19, oe=0, oo=20), "ignore_vetoes", id="tiny-lift"),
         pytest.param(Counts(ee=0, eo=3, oe=4, oo=3), "off", id="worse-than-chance"),
     ],
 )
@@ -72,7 +77,8 @@ def test_a_tool_with_few_vetoes_borrows_the_tenants_veto_lift() -> None:
     policy, why = policy_for("t", lifting, SETTINGS)
     assert (policy, why) == (
         "trusted",
-        "13 real results of t: veto lift 0.64 (the tenant's vetoes)",
+        "13 real results of t: veto lift 0.64, precision 0.71 vs miss rate 0.07"
+        " (the tenant's vetoes)",
     )
     flat = {"t": own, POOLED: Counts(ee=3, eo=3, oe=10, oo=10)}
     assert policy_for("t", flat, SETTINGS)[0] == "ignore_vetoes"
@@ -107,6 +113,6 @@ def test_a_trust_row_explains_itself() -> None:
         "veto_lift": 1.0,
         "false_veto_rate": 0.0,
         "policy": "trusted",
-        "why": "8 real results of t: veto lift 1.00",
+        "why": "8 real results of t: veto lift 1.00, precision 1.00 vs miss rate 0.00",
     }
     assert trust_row("u", {}, SETTINGS)["outcome_agreement"] is None
