@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from server.chat.responses import ResponsesService
 from server.chat.service import ChatService
 from server.engines.calls import EngineCalls
-from server.engines.client import EngineClient, engine_http_client
+from server.engines.client import EngineClient, Waits, engine_http_client
 from server.engines.discovery import EngineDiscovery, Resolver, resolve_system
 from server.engines.pool import EnginePool, EnginesReady
 from server.http.accounting import RequestAccounting
@@ -107,10 +107,12 @@ async def open_state(
         default_concurrency=settings.engine_max_concurrency,
         aliases=settings.aliases,
         queue_timeout=settings.queue_timeout,
+        eject_after=settings.eject_after_failures,
+        health_failures=settings.health_failures,
     )
     metrics.start_series(engine.name for engine in pool.engines)
     http = engine_http_client(settings, engine_transport)
-    engines = EngineClient(http, metrics, settings.health_timeout)
+    engines = EngineClient(http, metrics, settings.health_timeout, Waits.of(settings))
     calls = EngineCalls(pool, engines, max_attempts=settings.max_attempts)
     store = open_store(settings)
     rehearsal = RehearsalService(
@@ -122,6 +124,7 @@ async def open_state(
         planner=planner_settings(settings),
         trust=trust_settings(settings),
         rehearse_priority=rehearse_priority(settings),
+        commit_timeout=settings.commit_timeout,
     )
     feedback = Feedback(store, metrics)
     chat = ChatService(pool, calls, rehearsal=rehearsal, feedback=feedback)

@@ -16,7 +16,9 @@
         ├── EngineUnavailable   503  service_unavailable / engine_unavailable   (retryable)
         ├── EngineOverloaded    503  service_unavailable / engine_overloaded
         ├── EngineFailed        502  upstream_error / engine_error              (retryable)
+        │                       (a 5xx, a reset or cut connection, a malformed 200)
         └── EngineTimeout       504  timeout_error / engine_timeout
+                                (retryable when cut early: a hung engine, a late first chunk)
 
 Anything else that escapes a route is a 500 ``internal_error`` whose message never carries the
 exception text. The same envelope ``{"error": {"message", "type", "param", "code"}}`` is the JSON
@@ -133,9 +135,17 @@ class EngineFailed(EngineError):
 
 
 class EngineTimeout(EngineError):
-    """The engine went silent for longer than the read timeout."""
+    """The engine went silent for longer than a bound: first byte, between chunks, overall.
+
+    ``retryable`` when the wait was cut early and another engine may still answer in time (the
+    engine stopped answering its probes, or a stream's first chunk did not come): the call moves.
+    """
 
     kind = "timeout"
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 @dataclass(frozen=True, slots=True)

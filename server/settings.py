@@ -109,9 +109,8 @@ class GatewaySettings(BaseSettings):
     max_attempts: int = Field(default=3, ge=1, le=10)
     queue_timeout: float = Field(default=30.0, gt=0)
 
-    # Upstream timeouts (seconds). `read` bounds the silence between two bytes from an engine.
+    # Upstream timeouts (seconds); the waits of one call are in the reliability block below.
     connect_timeout: float = Field(default=3.0, gt=0)
-    read_timeout: float = Field(default=300.0, gt=0)
     write_timeout: float = Field(default=30.0, gt=0)
     # An idle connection to an engine is closed after this long: below uvicorn's (so vLLM's)
     # 5 s keep-alive, so the engine never closes a socket the gateway is about to reuse.
@@ -186,6 +185,33 @@ class GatewaySettings(BaseSettings):
 
     # Prometheus multiprocess directory, required when workers > 1.
     metrics_dir: str | None = None
+
+    # ---- Reliability under faults (issue 14, part A): bounded waits, health, drain, edges.
+    # A stream's first chunk (the engine's queue + prefill), from the request being sent.
+    first_byte_timeout: float = Field(default=60.0, gt=0)
+    # The longest silence between two chunks of a stream once its first chunk arrived.
+    chunk_timeout: float = Field(default=30.0, gt=0)
+    # A pass-through call's overall bound: a whole non-streamed answer, a whole stream.
+    request_timeout: float = Field(default=600.0, gt=0)
+    # A rehearsal's commit after its deadline: every rehearsal engine call ends by
+    # deadline_ms + commit_timeout (the salvage or commit call is the answer the client waits for).
+    commit_timeout: float = Field(default=60.0, gt=0)
+    # Passive health: an engine is taken out after this many consecutive failed calls
+    # (connection refused, timeout, broken connection, 5xx); a passing probe brings it back.
+    eject_after_failures: int = Field(default=3, ge=1)
+    # Active health: probes failed in a row before an engine is taken out. A probe failure does
+    # not count while the engine answered real traffic since the previous probe (busy, not dead).
+    health_failures: int = Field(default=2, ge=1)
+    # SIGTERM: stop accepting, /ready 503, let in-flight requests finish within this many seconds.
+    # Default: the deadline cap (120 s) + one commit (60 s) + 10 s. deploy/ follows it (a test).
+    shutdown_grace_s: float = Field(default=190.0, gt=0)
+    # Client side: an upload must arrive whole within body_timeout; headers within header_timeout.
+    body_timeout: float = Field(default=30.0, gt=0)
+    header_timeout: float = Field(default=10.0, gt=0)
+    # Idle client connections are kept this long (uvicorn's timeout_keep_alive). Above the idle
+    # expiry of common clients (httpx 5 s, aiohttp 15 s) so a client never reuses a socket the
+    # gateway is closing (docs/configuration.md#keep-alive).
+    keepalive_s: float = Field(default=75.0, gt=0)
 
     @field_validator("engines", mode="before")
     @classmethod

@@ -6,17 +6,28 @@ connection errors and 5xx — but only while nothing has reached the client yet:
 first chunk is here, the stream is the caller's. Pass-through calls (``server/chat``) and
 rehearsal's own calls (``server/rehearse``) both come here, so they share routing, retries,
 limits and timeouts.
+
+Each call has one overall bound (``bound_s``: ``RGW_REQUEST_TIMEOUT`` for a pass-through, what
+is left of the rehearsal's deadline plus one commit for a rehearsal call) that covers the wait
+for an engine slot and every attempt: a call queues within its bound, and a retry gets what is
+left of it. A call whose engine stopped answering (``EngineTimeout`` with ``retryable``) moves
+like one whose engine refused it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from server.chat_call import PASSTHROUGH
 from server.engines.client import CHAT_PATH, EngineClient, EngineStream
 from server.engines.pool import Engine, EnginePool
-from server.errors import EngineError
+from server.errors import EngineError, EngineTimeout
 from server.settings import Role
+
+# Failures that count toward passive ejection. Not timeouts: a slow engine is busy, not broken
+# (a silent one is found by its probes), and not 4xx: the request was at fault.
+PASSIVE_KINDS = frozenset(("connect", "reset", "status_5xx", "protocol", "malformed"))
 
 
 @dataclass(eq=False, slots=True)
@@ -27,6 +38,7 @@ class StreamAnswer:
     pool: EnginePool
     mode: str = PASSTHROUGH
     headers: dict[str, str] = field(default_factory=dict)
+    deadline: float | None = None  # the loop time the whole stream must end by
     _released: bool = False
 
     async def close(self) -> None:
@@ -47,6 +59,17 @@ class EngineCalls:
         self.engines = engines
         self.max_attempts = max_attempts
 
+    def _deadline(self, bound_s: float | None) -> float:
+        bound = self.engines.waits.request if bound_s is None else bound_s
+        return asyncio.get_running_loop().time() + bound
+
+    @staticmethod
+    def _left(deadline: float) -> float:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise EngineTimeout("the call ran out of its time bound before an engine answered")
+        return left
+
     async def call(
         self,
         payload: bytes | None,
@@ -57,16 +80,20 @@ class EngineCalls:
         label: str,
         path: str = CHAT_PATH,
         method: str = "POST",
+        bound_s: float | None = None,
     ) -> bytes:
         """One non-streamed engine call for ``role``; retried elsewhere when that is safe."""
+        deadline = self._deadline(bound_s)
         tried: set[str] = set()
         attempts = 0
         while True:
-            engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
+            left = self._left(deadline)
+            engine = await self.pool.acquire(role, model, affinity, frozenset(tried), left)
             try:
                 return await self.engines.chat(
-                    engine, payload, label, affinity=affinity, path=path, method=method
-                )
+                    engine, payload, label, affinity=affinity, path=path, method=method,
+                    bound_s=self._left(deadline),
+                )  # fmt: skip
             except EngineError as exc:
                 attempts += 1
                 self._after_failure(engine, exc, tried, attempts)
@@ -82,16 +109,20 @@ class EngineCalls:
         affinity: bytes,
         label: str,
         path: str = CHAT_PATH,
+        bound_s: float | None = None,
     ) -> StreamAnswer:
         """A streamed engine call whose first chunk has arrived; retried elsewhere before it."""
+        deadline = self._deadline(bound_s)
         tried: set[str] = set()
         attempts = 0
         while True:
-            engine = await self.pool.acquire(role, model, affinity, frozenset(tried))
+            left = self._left(deadline)
+            engine = await self.pool.acquire(role, model, affinity, frozenset(tried), left)
             try:
                 stream = await self.engines.open_stream(
-                    engine, payload, label, affinity=affinity, path=path
-                )
+                    engine, payload, label, affinity=affinity, path=path,
+                    bound_s=self._left(deadline),
+                )  # fmt: skip
             except EngineError as exc:
                 self.pool.release(engine)
                 attempts += 1
@@ -100,7 +131,7 @@ class EngineCalls:
             except BaseException:
                 self.pool.release(engine)
                 raise
-            return StreamAnswer(stream, self.pool)
+            return StreamAnswer(stream, self.pool, deadline=deadline)
 
     def _after_failure(
         self, engine: Engine, exc: EngineError, tried: set[str], attempts: int
@@ -112,8 +143,8 @@ class EngineCalls:
         it has taken that one out (vllm-router's circuit breaker; ``docs/deploy.md``). A router
         that cannot be reached is an engine like any other.
         """
-        if exc.kind == "connect":
-            self.pool.mark_unreachable(engine)
+        if exc.kind in PASSIVE_KINDS:
+            self.pool.record_failure(engine)
         if engine.router is None or exc.kind == "connect":
             tried.add(engine.name)
         if not exc.retryable or attempts >= self.max_attempts:

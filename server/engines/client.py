@@ -12,14 +12,24 @@ This is the adapter boundary: every httpx exception and every non-2xx answer bec
 ``EngineError`` here (``server/errors.py`` draws the tree), and each failure is counted once in
 ``rehearsal_gateway_engine_errors_total``. Bodies are moved as bytes: a request goes out as the
 bytes the caller gives, a non-streamed answer comes back as the engine's bytes, and a stream is
-handed over chunk by chunk as the socket delivers it.
+handed over as whole SSE events, as the socket delivers them (a read that ends mid-event keeps
+its tail for the next one, so a stream cut mid-event never shows the client half an event).
+
+Every wait is bounded (``Waits``): a whole non-streamed answer by the call's bound; a stream's
+first chunk by ``first_byte``, then each later chunk by ``chunk`` (aiohttp's per-read timeout,
+re-armed after the first chunk). A call waiting on an engine registers its task with the engine
+(``Engine.watch``), so a hung engine's calls are aborted as soon as its probes say so
+(``server/engines/pool.py``). A connection reset or closed before any byte of the answer (a
+keep-alive socket the engine closed as it was reused, the ECONNRESET and EOF races alike) is
+retried once on a fresh connection before it counts as the engine's failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,24 +37,39 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
-from rehearsal.messages import Usage
-from server.engines.pool import Engine, Probe
-from server.errors import (
-    EngineError,
-    EngineFailed,
-    EngineOverloaded,
-    EngineRejected,
-    EngineTimeout,
-    EngineUnavailable,
+from server.engines.faults import (
+    PASSTHROUGH_ROLE,
+    count_usage,
+    from_status,
+    hung,
+    is_reset,
+    malformed,
+    translate,
 )
+from server.engines.pool import Engine, Probe
+from server.engines.streams import CHAT_PATH, DONE_PATHS, SSE_STARTS, EngineStream, split_events
+from server.errors import EngineError, EngineFailed, EngineTimeout
 from server.settings import GatewaySettings
-from server.telemetry.logs import engine_request_id, note_engine, note_tokens
+from server.telemetry.logs import engine_request_id, note_engine
 from server.telemetry.metrics import GatewayMetrics
 from server.telemetry.waits import waiting
 
+__all__ = ["CHAT_PATH", "EngineClient", "EngineStream", "Waits", "call_headers"]
+
 JSON_HEADERS = {"content-type": "application/json"}
-CHAT_PATH = "/v1/chat/completions"
-PASSTHROUGH_ROLE = "passthrough"  # the one role whose tokens only the engine's answer tells
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """How long an engine call may wait (seconds), from the ``RGW_*`` settings."""
+
+    first_byte: float = 60.0
+    chunk: float = 30.0
+    request: float = 600.0
+
+    @classmethod
+    def of(cls, settings: GatewaySettings) -> Waits:
+        return cls(settings.first_byte_timeout, settings.chunk_timeout, settings.request_timeout)
 
 
 def engine_http_client(
@@ -68,7 +93,7 @@ def engine_http_client(
     return httpx.AsyncClient(
         timeout=httpx.Timeout(
             connect=settings.connect_timeout,
-            read=settings.read_timeout,
+            read=settings.chunk_timeout,
             write=settings.write_timeout,
             pool=settings.queue_timeout,
         ),
@@ -107,110 +132,52 @@ def call_headers(engine: Engine, role: str, affinity: bytes) -> dict[str, str]:
     return {**headers, **engine.router.headers(affinity)}
 
 
-def count_usage(metrics: GatewayMetrics, body: bytes) -> None:
-    """Count a pass-through answer's ``usage`` (a JSON body, or one SSE chunk's data)."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return
-    usage = Usage.from_openai(data.get("usage") if isinstance(data, dict) else None)
-    metrics.observe_passthrough_usage(usage.prompt, usage.completion, usage.cached)
-    note_tokens(PASSTHROUGH_ROLE, usage.to_dict())
+def _aiohttp_protocol(response: httpx.Response) -> Any:
+    """aiohttp's connection protocol under an httpx_aiohttp response (None with other transports).
 
-
-def translate(exc: httpx.HTTPError, engine: Engine) -> EngineError:
-    """The gateway error for an httpx failure while talking to ``engine``."""
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-        return EngineUnavailable(f"engine {engine.name} is unreachable")
-    if isinstance(exc, httpx.PoolTimeout):
-        return EngineOverloaded(f"no free connection to engine {engine.name}")
-    if isinstance(exc, httpx.TimeoutException):
-        return EngineTimeout(f"engine {engine.name} did not answer within the upstream timeout")
-    return EngineFailed(f"the connection to engine {engine.name} broke ({type(exc).__name__})")
-
-
-def from_status(status: int, body: bytes, engine: Engine) -> EngineError:
-    """The gateway error for a non-2xx engine answer; a 4xx keeps the engine's own words."""
-    if status >= 500 or status < 400:
-        return EngineFailed(f"engine {engine.name} answered HTTP {status}", kind="status_5xx")
-    fields: dict[str, Any] = {}
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        data = None
-    if isinstance(data, dict):
-        # vLLM answers {"error": {...}} now and the flat {"object": "error", ...} in older releases.
-        inner = data.get("error")
-        fields = inner if isinstance(inner, dict) else data
-    message = fields.get("message")
-    if not isinstance(message, str):
-        message = body.decode("utf-8", "replace")[:2000] or f"engine answered HTTP {status}"
-    type_ = fields.get("type")
-    param = fields.get("param")
-    return EngineRejected(
-        status,
-        message,
-        type_=type_ if isinstance(type_, str) else "invalid_request_error",
-        param=param if isinstance(param, str) else None,
-        code=fields.get("code") if isinstance(fields.get("code"), str | int) else None,
-    )
-
-
-@dataclass(eq=False)
-class EngineStream:
-    """An open streamed answer whose first chunk has arrived; iterate for the rest."""
-
-    engine: Engine
-    response: httpx.Response
-    chunks: AsyncIterator[bytes]  # the response's one raw-byte iterator, ``first`` already taken
-    first: bytes
-    role: str
-    started: float
-    metrics: GatewayMetrics
-    _closed: bool = False
-
-    async def rest(self) -> AsyncIterator[bytes]:
-        """The chunks after ``first``; a failure mid-stream raises an ``EngineError``."""
-        try:
-            while True:
-                with waiting():
-                    chunk = await anext(self.chunks, b"")
-                if not chunk:
-                    return
-                if self.role == PASSTHROUGH_ROLE and b'"usage":{' in chunk:
-                    self.count_usage(chunk)
-                yield chunk
-        except httpx.HTTPError as exc:
-            error = translate(exc, self.engine)
-            self.metrics.engine_error(self.engine.name, error.kind)
-            raise error from exc
-
-    def count_usage(self, chunk: bytes) -> None:
-        # The usage chunk (``stream_options.include_usage``) comes last and whole in practice;
-        # one split across two reads goes uncounted rather than slowing every chunk down. Only
-        # that chunk (empty ``choices``) counts: with vLLM's ``continuous_usage_stats`` every
-        # chunk carries the running totals, which summed would count the stream many times over.
-        for line in chunk.split(b"\n"):
-            if line.startswith(b"data: {") and b'"usage":{' in line and b'"choices":[]' in line:
-                count_usage(self.metrics, line[6:])
-
-    async def aclose(self) -> None:
-        """Close the upstream response (which aborts the engine's request if still running)."""
-        if self._closed:
-            return
-        self._closed = True
-        await self.response.aclose()
-        elapsed = time.perf_counter() - self.started
-        self.metrics.observe_engine_call(self.engine.name, self.role, elapsed)
+    httpx_aiohttp exposes no per-read timeout after the request; the protocol's public
+    ``read_timeout`` setter is aiohttp's own way to change it on an open response.
+    """
+    stream = getattr(response.stream, "_stream", response.stream)
+    inner = getattr(stream, "_aiohttp_response", None)
+    connection = getattr(inner, "connection", None)
+    return getattr(connection, "protocol", None)
 
 
 class EngineClient:
     """Chat calls and health probes against engines, sharing one connection pool."""
 
-    def __init__(self, http: httpx.AsyncClient, metrics: GatewayMetrics, probe_timeout: float):
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        metrics: GatewayMetrics,
+        probe_timeout: float,
+        waits: Waits | None = None,
+    ):
         self.http = http
         self.metrics = metrics
         self.probe_timeout = probe_timeout
+        self.waits = waits or Waits()
+        # A whole answer's wait is bounded by ``asyncio.timeout``, not a per-read timeout.
+        base = http.timeout
+        self._whole = httpx.Timeout(
+            connect=base.connect, read=None, write=base.write, pool=base.pool
+        )
+        self._first = httpx.Timeout(
+            connect=base.connect, read=self.waits.first_byte, write=base.write, pool=base.pool
+        )
+
+    async def _send(
+        self, engine: Engine, send: Callable[[], Awaitable[httpx.Response]]
+    ) -> httpx.Response:
+        """``send()``, once more on a fresh connection when the first one was reset or closed."""
+        try:
+            return await send()
+        except httpx.HTTPError as exc:
+            if not is_reset(exc):
+                raise
+            self.metrics.engine_error(engine.name, "reset")
+        return await send()
 
     def _fail(self, engine: Engine, error: EngineError) -> EngineError:
         self.metrics.engine_error(engine.name, error.kind)
@@ -225,30 +192,49 @@ class EngineClient:
         affinity: bytes = b"",
         path: str = CHAT_PATH,
         method: str = "POST",
+        bound_s: float | None = None,
     ) -> bytes:
         """One non-streamed call (a chat completion unless ``path`` says otherwise).
 
         The engine's JSON bytes on 2xx. ``path`` is from the engine's root (``/v1/…``,
-        ``/tokenize``); ``payload`` is ``None`` for a GET.
+        ``/tokenize``); ``payload`` is ``None`` for a GET. The whole answer must arrive within
+        ``bound_s`` seconds (``RGW_REQUEST_TIMEOUT`` by default).
         """
+        bound = self.waits.request if bound_s is None else bound_s
         started = time.perf_counter()
+        headers = call_headers(engine, role, affinity)
+
+        def send() -> Awaitable[httpx.Response]:
+            return self.http.request(
+                method, engine.root_url + path, content=payload, headers=headers,
+                extensions=engine.extensions, timeout=self._whole,
+            )  # fmt: skip
+
+        task = engine.watch()
         try:
             with waiting():
-                response = await self.http.request(
-                    method,
-                    engine.root_url + path,
-                    content=payload,
-                    headers=call_headers(engine, role, affinity),
-                    extensions=engine.extensions,
-                )
+                async with asyncio.timeout(bound):
+                    response = await self._send(engine, send)
         except httpx.HTTPError as exc:
             raise self._fail(engine, translate(exc, engine)) from exc
+        except TimeoutError:
+            message = f"engine {engine.name} gave no answer within {bound:g}s"
+            raise self._fail(engine, EngineTimeout(message)) from None
+        except asyncio.CancelledError:
+            if engine.take_abort(task):
+                raise self._fail(engine, hung(engine)) from None
+            raise
+        finally:
+            engine.unwatch(task)
         self.metrics.observe_engine_call(engine.name, role, time.perf_counter() - started)
         note_engine(engine.name)
+        engine.progressed()
         if response.status_code >= 300:
             raise self._fail(engine, from_status(response.status_code, response.content, engine))
-        if role == PASSTHROUGH_ROLE:
-            count_usage(self.metrics, response.content)
+        if role == PASSTHROUGH_ROLE and not count_usage(self.metrics, response.content):
+            kind = response.headers.get("content-type", "application/json")
+            if kind.startswith("application/json"):
+                raise self._fail(engine, malformed(engine, "a body that is not JSON"))
         return response.content
 
     async def open_stream(
@@ -259,45 +245,82 @@ class EngineClient:
         *,
         affinity: bytes = b"",
         path: str = CHAT_PATH,
+        bound_s: float | None = None,
     ) -> EngineStream:
-        """Start a streamed call (a chat completion by default) and wait for its first chunk.
+        """Start a streamed call (a chat completion by default) and wait for its first event.
 
-        Everything that can fail before that chunk fails here, while the caller may still try
-        another engine.
+        Everything that can fail before that event fails here, while the caller may still try
+        another engine: a refusal, a reset, a 5xx, a 200 that is not SSE, or no event within
+        ``first_byte`` (or ``bound_s``, the call's own bound, when shorter).
         """
+        bound = self.waits.first_byte if bound_s is None else min(bound_s, self.waits.first_byte)
         started = time.perf_counter()
         request = self.http.build_request(
-            "POST",
-            engine.root_url + path,
-            content=payload,
-            headers=call_headers(engine, role, affinity),
-            extensions=engine.extensions,
-        )
+            "POST", engine.root_url + path, content=payload,
+            headers=call_headers(engine, role, affinity), extensions=engine.extensions,
+            timeout=self._first,
+        )  # fmt: skip
+        task = engine.watch()
+        response: httpx.Response | None = None
         try:
             with waiting():
-                response = await self.http.send(request, stream=True)
+                async with asyncio.timeout(bound):
+                    response = await self._send(
+                        engine, lambda: self.http.send(request, stream=True)
+                    )
+                    note_engine(engine.name)
+                    first, tail, chunks = await self._first_events(engine, response)
         except httpx.HTTPError as exc:
+            await _close(response)
             raise self._fail(engine, translate(exc, engine)) from exc
-        note_engine(engine.name)
-        try:
-            if response.status_code >= 300:
-                body = await response.aread()
-                raise self._fail(engine, from_status(response.status_code, body, engine))
-            chunks = response.aiter_raw()
-            with waiting():
-                first = await anext(chunks, b"")
-            if not first:
-                raise self._fail(engine, EngineFailed(f"engine {engine.name} sent an empty stream"))
-        except httpx.HTTPError as exc:
-            await response.aclose()
-            raise self._fail(engine, translate(exc, engine)) from exc
-        except BaseException:
-            await response.aclose()
+        except TimeoutError:
+            await _close(response)
+            message = f"engine {engine.name} sent no first chunk within {bound:g}s"
+            raise self._fail(engine, EngineTimeout(message, retryable=True)) from None
+        except asyncio.CancelledError:
+            await _close(response)
+            if engine.take_abort(task):
+                raise self._fail(engine, hung(engine)) from None
             raise
-        stream = EngineStream(engine, response, chunks, first, role, started, self.metrics)
+        except BaseException:
+            await _close(response)
+            raise
+        finally:
+            engine.unwatch(task)
+        engine.progressed()
+        protocol = _aiohttp_protocol(response)
+        if protocol is not None:  # from now on, the wait between two chunks
+            protocol.read_timeout = self.waits.chunk
+            protocol.start_timeout()
+        stream = EngineStream(
+            engine, response, chunks, first, role, started, self.metrics, tail,
+            expects_done=path in DONE_PATHS,
+        )  # fmt: skip
         if role == PASSTHROUGH_ROLE and b'"usage":{' in first:
             stream.count_usage(first)
         return stream
+
+    async def _first_events(
+        self, engine: Engine, response: httpx.Response
+    ) -> tuple[bytes, bytes, AsyncIterator[bytes]]:
+        """The first whole SSE events of an open answer, the tail after them, and the iterator."""
+        if response.status_code >= 300:
+            body = await response.aread()
+            raise self._fail(engine, from_status(response.status_code, body, engine))
+        chunks = response.aiter_raw()
+        data = b""
+        while True:
+            chunk = await anext(chunks, b"")
+            if not chunk:
+                what = "an empty stream" if not data else "a stream cut before its first event"
+                raise self._fail(engine, EngineFailed(f"engine {engine.name} sent {what}"))
+            data += chunk
+            start = data.lstrip()
+            if start and not start.startswith(SSE_STARTS):
+                raise self._fail(engine, malformed(engine, "a stream that is not SSE"))
+            first, tail = split_events(data)
+            if first:
+                return first, tail, chunks
 
     async def probe(self, engine: Engine) -> Probe:
         """One health check: liveness, queue depth and served models. Never raises.
@@ -323,8 +346,9 @@ class EngineClient:
             if engine.router is None:
                 metrics = await get(engine.root_url + "/metrics")
                 depth = queue_depth(metrics.text) if metrics.status_code == 200 else 0.0
-        except httpx.HTTPError:
-            return Probe(healthy=False, models=engine.models)
+        except httpx.HTTPError as exc:
+            timed_out = isinstance(exc, httpx.TimeoutException) and not is_reset(exc)
+            return Probe(healthy=False, models=engine.models, timed_out=timed_out)
         cards = model_cards(models.content) if models.status_code == 200 else ()
         return Probe(
             healthy=True,
@@ -332,6 +356,11 @@ class EngineClient:
             models=model_ids(cards) if models.status_code == 200 else engine.models,
             cards=cards,
         )
+
+
+async def _close(response: httpx.Response | None) -> None:
+    if response is not None:
+        await response.aclose()
 
 
 def queue_depth(exposition: str) -> float:

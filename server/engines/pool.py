@@ -8,9 +8,20 @@ only moves the sessions it held. When the preferred engine is unhealthy or at it
 limit, the least-loaded healthy engine with room takes the call; when all are full the call waits
 (up to ``queue_timeout``) for a slot.
 
-Health comes from two sides: a periodic probe (``/health``, ``/metrics`` for the queue depth,
-``/v1/models`` for served names) and passive marking when a call cannot connect. The pool holds no
-HTTP client: probing is a function handed to ``run_health_checks``.
+Health comes from two sides, and neither lies about a busy engine:
+
+- **passive**: ``eject_after`` consecutive failed calls (refused, timed out, broken, 5xx) take an
+  engine out; any answered call resets the count;
+- **active**: a periodic probe (``/health``, ``/metrics`` for the queue depth, ``/v1/models`` for
+  served names); ``health_failures`` failed probes in a row take an engine out, and a probe that
+  timed out does not count while the engine delivered bytes of real traffic since the previous
+  probe — a saturated engine answers slowly, it is not dead. One passing probe brings it back.
+
+An engine taken out by its probes (silent: no probe, no byte of traffic) is **hung**: the calls
+waiting on it are aborted at once (``Engine.abort_calls``) so that the caller can move them to
+another engine while nothing was sent to the client, or answer 504 — instead of waiting for a
+read timeout sized for long generations. The pool holds no HTTP client: probing is a function
+handed to ``run_health_checks``.
 
 An entry may be a router in front of a fleet (``router=vllm-router``,
 ``server/engines/routers.py``): the pool then treats it as one engine with no concurrency limit of
@@ -27,97 +38,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
-from server.engines.routers import DIALECTS, RouterDialect
+from server.engines.engine import ROUTER_CONCURRENCY, Engine, Probe, concurrency_limit
 from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
 from server.settings import EngineSpec, Role
 from server.telemetry.metrics import GatewayMetrics
 from server.telemetry.readiness import CheckResult
 
+__all__ = ["ROUTER_CONCURRENCY", "Engine", "EnginePool", "EnginesReady", "Probe", "affinity_key"]
+
 log = logging.getLogger("rehearsal_gateway.engines")
-
-# A router queues and sheds load across its fleet itself (vllm-router: --max-concurrent-requests,
-# --queue-size); a per-entry cap sized for one engine would throttle the whole fleet.
-ROUTER_CONCURRENCY = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """What one health check learned about an engine."""
-
-    healthy: bool
-    queue_depth: float = 0.0
-    models: tuple[str, ...] = ()
-    cards: tuple[dict[str, Any], ...] = ()  # the engine's /v1/models entries, as it wrote them
-
-
-@dataclass(eq=False, slots=True)
-class Engine:
-    """One upstream engine and its live state."""
-
-    spec: EngineSpec
-    max_concurrency: int
-    group: str = ""  # the discovered name this engine is one address of; "" when configured
-    name: str = ""
-    base_url: str = ""  # ends in /v1
-    root_url: str = ""  # where /health and /metrics live
-    headers: dict[str, str] = field(default_factory=dict)  # sent on every call (Host, for TLS)
-    extensions: dict[str, str] = field(default_factory=dict)  # httpx's: the TLS server name
-    models: tuple[str, ...] = ()
-    cards: tuple[dict[str, Any], ...] = ()
-    healthy: bool = False
-    in_flight: int = 0
-    queue_depth: float = 0.0
-    router: RouterDialect | None = None
-    _key: bytes = b""
-
-    def __post_init__(self) -> None:
-        self.name = self.spec.label
-        url = self.spec.url
-        self.base_url = url if url.endswith("/v1") else url + "/v1"
-        self.root_url = self.base_url.removesuffix("/v1")
-        self.models = (self.spec.model,) if self.spec.model else ()
-        self._key = self.name.encode()
-        if self.spec.tls_name:
-            port = urlsplit(url).port
-            self.headers = {"host": f"{self.spec.tls_name}:{port}" if port else self.spec.tls_name}
-            self.extensions = {"sni_hostname": self.spec.tls_name}
-        self.router = DIALECTS[self.spec.router] if self.spec.router else None
-
-    @property
-    def health_path(self) -> str:
-        return self.router.health_path if self.router else "/health"
-
-    @property
-    def roles(self) -> frozenset[Role]:
-        return self.spec.roles
-
-    @property
-    def has_room(self) -> bool:
-        return self.in_flight < self.max_concurrency
-
-    @property
-    def load(self) -> float:
-        """Share of the engine's capacity in use, counting what waits in its own queue."""
-        return (self.in_flight + self.queue_depth) / self.max_concurrency
-
-    def score(self, affinity: bytes) -> int:
-        """Rendezvous-hash weight of this engine for an affinity key."""
-        digest = hashlib.blake2b(affinity + self._key, digest_size=8).digest()
-        return int.from_bytes(digest, "big")
-
-
-def concurrency_limit(spec: EngineSpec, default: int) -> int:
-    """How many calls the gateway lets one entry carry at once."""
-    if spec.max_concurrency:
-        return spec.max_concurrency
-    return ROUTER_CONCURRENCY if spec.router else default
 
 
 def affinity_key(session_id: str | None, user: str | None, messages: Sequence[object]) -> bytes:
@@ -138,6 +74,8 @@ class EnginePool:
     metrics: GatewayMetrics
     aliases: dict[str, str] = field(default_factory=dict)
     queue_timeout: float = 30.0
+    eject_after: int = 1  # consecutive failed calls that take an engine out
+    health_failures: int = 1  # consecutive failed probes that take an engine out
     _room: asyncio.Condition = field(default_factory=asyncio.Condition)
     _waiting: int = 0
     _wakeups: set[asyncio.Task[None]] = field(default_factory=set)
@@ -151,13 +89,15 @@ class EnginePool:
         default_concurrency: int,
         aliases: dict[str, str],
         queue_timeout: float,
+        eject_after: int = 1,
+        health_failures: int = 1,
     ) -> EnginePool:
         engines = [
             Engine(spec, concurrency_limit(spec, default_concurrency))
             for spec in specs
             if spec.discover is None  # a discovered group joins when its name first resolves
         ]
-        return cls(engines, metrics, dict(aliases), queue_timeout)
+        return cls(engines, metrics, dict(aliases), queue_timeout, eject_after, health_failures)
 
     def replace_group(
         self, group: str, specs: Sequence[EngineSpec], default_concurrency: int
@@ -245,23 +185,34 @@ class EnginePool:
         model: str | None,
         affinity: bytes,
         exclude: frozenset[str] = frozenset(),
+        within: float | None = None,
     ) -> Engine:
-        """Choose an engine and take one of its slots, waiting while all are full."""
+        """Choose an engine and take one of its slots, waiting while all are full.
+
+        The wait is ``queue_timeout``, or ``within`` (what is left of the call's own bound)
+        when that is shorter: a request queues within its deadline, never past it.
+        """
         engine = self.choose(role, model, affinity, exclude)
         if engine is None:
-            engine = await self._wait_for_room(role, model, affinity, exclude)
+            wait = self.queue_timeout if within is None else min(within, self.queue_timeout)
+            engine = await self._wait_for_room(role, model, affinity, exclude, max(wait, 0.0))
         engine.in_flight += 1
         return engine
 
     async def _wait_for_room(
-        self, role: Role, model: str | None, affinity: bytes, exclude: frozenset[str]
+        self,
+        role: Role,
+        model: str | None,
+        affinity: bytes,
+        exclude: frozenset[str],
+        wait: float,
     ) -> Engine:
         # In this task, not under ``wait_for`` (a separate task on Python 3.11): between the
         # choice and ``acquire`` taking the slot nothing may run, or every waiter woken by one
         # release would pick the same freed slot and overrun the engine's limit.
         self._waiting += 1
         try:
-            async with asyncio.timeout(self.queue_timeout), self._room:
+            async with asyncio.timeout(wait), self._room:
                 while True:
                     await self._room.wait()
                     engine = self.choose(role, model, affinity, exclude)
@@ -269,7 +220,7 @@ class EnginePool:
                         return engine
         except TimeoutError:
             raise EngineOverloaded(
-                f"every engine stayed at its concurrency limit for {self.queue_timeout:g}s"
+                f"every engine stayed at its concurrency limit for {wait:g}s"
             ) from None
         finally:
             self._waiting -= 1
@@ -286,18 +237,46 @@ class EnginePool:
     # ---- health
 
     def mark_unreachable(self, engine: Engine) -> None:
-        """Passive health: a call could not connect, so stop routing there until a probe passes."""
+        """Take an engine out of routing until a probe passes."""
         if engine.healthy:
-            log.warning("engine %s unreachable; routing around it", engine.name)
+            log.warning("engine %s taken out; routing around it", engine.name)
         engine.healthy = False
         self.metrics.engine_state(engine.name, healthy=False, queue_depth=engine.queue_depth)
 
-    def apply(self, engine: Engine, probe: Probe) -> None:
-        """Record one health check's outcome (ignored for an engine that left meanwhile)."""
+    def record_failure(self, engine: Engine) -> None:
+        """Passive health: one failed call; ``eject_after`` in a row take the engine out."""
+        engine.failures += 1
+        if engine.failures >= self.eject_after and engine.healthy:
+            log.warning("engine %s failed %d calls in a row", engine.name, engine.failures)
+            self.metrics.engine_ejected(engine.name, "calls")
+            self.mark_unreachable(engine)
+
+    def apply(self, engine: Engine, probe: Probe, since: float | None = None) -> None:
+        """Record one health check's outcome (ignored for an engine that left meanwhile).
+
+        ``since``: when the previous probe round started; a timed-out probe is excused when the
+        engine delivered real traffic after it (busy, not dead).
+        """
         if engine not in self.engines:
             return
+        if probe.healthy:
+            engine.probe_failures = 0
+            engine.hung = False
+        elif probe.timed_out and since is not None and engine.progress_at > since:
+            return  # slow to probe, but answering: keep its state and last queue depth
+        else:
+            engine.probe_failures += 1
+            if engine.probe_failures < self.health_failures and engine.healthy:
+                return
         if probe.healthy != engine.healthy:
             log.info("engine %s is %s", engine.name, "healthy" if probe.healthy else "unhealthy")
+        if engine.healthy and not probe.healthy:
+            self.metrics.engine_ejected(engine.name, "probes")
+            if probe.timed_out:
+                engine.hung = True
+                aborted = engine.abort_calls()
+                if aborted:
+                    log.warning("engine %s stopped answering; %d calls moved", engine.name, aborted)
         engine.healthy = probe.healthy
         engine.queue_depth = probe.queue_depth
         if probe.models and not engine.spec.model:
@@ -314,9 +293,11 @@ class EnginePool:
         self, engines: Sequence[Engine], probe: Callable[[Engine], Awaitable[Probe]]
     ) -> None:
         """Probe these engines once, concurrently, and wake callers waiting for room."""
+        started = time.monotonic()
         results = await asyncio.gather(*(probe(engine) for engine in engines))
         for engine, result in zip(engines, results, strict=True):
-            self.apply(engine, result)
+            since, engine.probed_at = engine.probed_at, started
+            self.apply(engine, result, since or None)
         if self._waiting:
             await self._notify_all()
 

@@ -4,8 +4,11 @@ Uvicorn does not stop an app whose client went away (its ``send`` silently drops
 a watcher reads ``receive`` for ``http.disconnect`` and cancels the work in progress — the engine
 call or the stream relay — which closes the upstream connection and makes the engine abort the
 request. A stream is relayed chunk by chunk as the engine's socket delivers it, with no
-re-framing: the engine's SSE bytes, ``data: [DONE]`` included, are the client's SSE bytes. If the
-engine breaks after the first byte, the client gets one SSE error event and ``[DONE]``.
+re-framing: the engine's SSE bytes, ``data: [DONE]`` included, are the client's SSE bytes (the
+engine client hands over whole events only). If the engine breaks after the first byte — a cut
+connection, a stream ended without ``[DONE]``, silence past ``RGW_CHUNK_TIMEOUT``, an engine that
+stopped answering, or the stream outrunning ``RGW_REQUEST_TIMEOUT`` — the client gets one SSE
+error event, on a line of its own, and ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from server.chat_call import JsonAnswer
 from server.engines.calls import StreamAnswer
-from server.errors import EngineError, sse_error_event
+from server.errors import EngineError, EngineTimeout, sse_error_event
 
 T = TypeVar("T")
 
@@ -91,9 +94,15 @@ class StreamRelay(Response):
         stream = self.answer.stream
         await send({"type": "http.response.body", "body": stream.first, "more_body": True})
         try:
-            async for chunk in stream.rest():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            async with asyncio.timeout_at(self.answer.deadline):
+                async for chunk in stream.rest():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
             event = sse_error_event(exc)
             await send({"type": "http.response.body", "body": event, "more_body": True})
+        except TimeoutError:
+            bound = EngineTimeout("the stream ran past the gateway's overall bound for a request")
+            await send(
+                {"type": "http.response.body", "body": sse_error_event(bound), "more_body": True}
+            )
         await send({"type": "http.response.body", "body": b"", "more_body": False})

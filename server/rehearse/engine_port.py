@@ -6,6 +6,12 @@ answer with the core's own reader, and translates every engine failure into ``Ge
 once, here. All calls of one rehearsal share the request's affinity key, so they land on the
 engine that already holds the conversation's prefix in its cache.
 
+Every call is bounded by the rehearsal's ``ends_at`` (its ``deadline_ms`` plus one commit,
+``RGW_COMMIT_TIMEOUT``): the planner's own deadline cuts the rehearsal phase, and this bound
+cuts the commit or salvage call after it, so no rehearsal engine call outlives the request's
+deadline by more than one commit — a hung engine yields an ``EngineTimeout`` (504), not a wait
+for a read timeout.
+
 Every call is a whole answer, the commit included: a committed action is verified (checked and
 rehearsed) before any of it reaches the client, so no engine stream is relayed while the planner
 still decides: a streamed answer writes the decided turn as chunks (server/http/rehearsal_response).
@@ -13,6 +19,7 @@ still decides: a streamed answer writes the decided turn as chunks (server/http/
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,12 +51,14 @@ class EngineGenerator:
         affinity: bytes,
         on_call: CallObserver,
         rehearse_priority: int | None = None,
+        ends_at: float | None = None,
     ) -> None:
         self.calls = calls
         self.model = model
         self.affinity = affinity
         self.on_call = on_call
         self.rehearse_priority = rehearse_priority
+        self.ends_at = ends_at  # event-loop time every call must end by (None: the request bound)
 
     def payload(self, request: GenerationRequest, **extra: Any) -> bytes:
         """The engine request; a rehearsal-role call carries ``rehearse_priority`` when set."""
@@ -59,6 +68,9 @@ class EngineGenerator:
 
     async def generate(self, request: GenerationRequest) -> GenerationResponse:
         started = time.perf_counter()
+        left = None
+        if self.ends_at is not None:
+            left = self.ends_at - asyncio.get_running_loop().time()
         try:
             raw = await self.calls.call(
                 self.payload(request),
@@ -66,6 +78,7 @@ class EngineGenerator:
                 model=self.model,
                 affinity=self.affinity,
                 label=request.role,
+                bound_s=left if left is None or left > 0 else 0.001,
             )
         except EngineError as exc:
             message = f"{request.role} call failed: {exc.message}"

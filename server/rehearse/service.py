@@ -14,6 +14,7 @@ same either way.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import secrets
 import time
@@ -137,6 +138,7 @@ class RehearsalRun:
     created: int = field(default_factory=lambda: int(time.time()))
     imagined_done: int = 0
     store_faults: list[str] = field(default_factory=list)
+    ends_at: float | None = None  # set when the run starts: deadline + one commit
 
     @property
     def session(self) -> str:
@@ -163,6 +165,7 @@ class RehearsalRun:
             affinity=self.call.affinity,
             on_call=self._on_call,
             rehearse_priority=self.service.rehearse_priority,
+            ends_at=self.ends_at,
         )
 
     def _on_call(self, role: str, seconds: float) -> None:
@@ -185,6 +188,8 @@ class RehearsalRun:
 
     async def run(self) -> RehearsalResult:
         """The planner's run; an engine failure on every acting call is the engine's error."""
+        bound = self.budget.deadline_ms / 1000.0 + self.service.commit_timeout
+        self.ends_at = asyncio.get_running_loop().time() + bound
         planner = Planner(self.generator(), self.service.store, self.service.planner)
         seed = self.call.body.get("seed")
         rng = random.Random(seed if isinstance(seed, int) else secrets.randbits(64))
@@ -255,9 +260,11 @@ class RehearsalService:
         planner: PlannerSettings,
         trust: TrustSettings | None = None,
         rehearse_priority: int | None = None,
+        commit_timeout: float = 60.0,
     ) -> None:
         self.calls = calls
         self.rehearse_priority = rehearse_priority
+        self.commit_timeout = commit_timeout
         self.store = store
         self.metrics = metrics
         self.defaults = defaults

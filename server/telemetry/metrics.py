@@ -123,6 +123,7 @@ class GatewayMetrics:
             registry=reg,
         )
         self._rehearsal_families(reg)
+        self._reliability_families(reg)
         self.in_flight = Gauge(
             PREFIX + "in_flight_requests",
             "Chat requests being served now.",
@@ -143,6 +144,29 @@ class GatewayMetrics:
             registry=reg,
             multiprocess_mode="livemostrecent",
         )
+
+    def _reliability_families(self, reg: CollectorRegistry) -> None:
+        """Faults seen at the edges: engines taken out of routing, clients gone mid-upload."""
+        self.engine_ejections = Counter(
+            PREFIX + "engine_ejections",
+            "Engines taken out of routing, by cause (calls: failures in a row; probes).",
+            ("engine", "cause"),
+            registry=reg,
+        )
+        self.client_disconnects = Counter(
+            PREFIX + "client_disconnects",
+            "Clients that left before their request was read (stage upload) or answered.",
+            ("stage",),
+            registry=reg,
+        )
+
+    def engine_ejected(self, engine: str, cause: str) -> None:
+        """An engine was taken out of routing (``calls`` or ``probes``)."""
+        self.engine_ejections.labels(engine, cause).inc()
+
+    def client_disconnected(self, stage: str) -> None:
+        """A client left early: ``upload`` (mid-body) or ``body_timeout`` (body never finished)."""
+        self.client_disconnects.labels(stage).inc()
 
     def _rehearsal_families(self, reg: CollectorRegistry) -> None:
         """The families of rehearsal, feedback and the store (docs/metrics-spec.md)."""

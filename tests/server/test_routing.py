@@ -97,9 +97,11 @@ def test_all_engines_down_is_a_503_envelope(start_twin, start_gateway) -> None:
 
 
 def test_hung_engine_is_a_504_within_the_timeout(start_double, start_gateway) -> None:
-    """An engine that accepts and never answers yields 504 after the configured read timeout."""
+    """An engine that answers its probes but never a call: 504 after the call's bound (a whole
+    answer: ``RGW_REQUEST_TIMEOUT``; a stream's first chunk: ``RGW_FIRST_BYTE_TIMEOUT``)."""
     hung = start_double("hang")
-    gateway = start_gateway(hung.url + "/v1", env={"RGW_READ_TIMEOUT": "0.5"})
+    env = {"RGW_REQUEST_TIMEOUT": "0.5", "RGW_FIRST_BYTE_TIMEOUT": "0.5"}
+    gateway = start_gateway(hung.url + "/v1", env=env)
     for stream in (False, True):
         started = time.monotonic()
         response = chat(gateway.url, {**turn(0), "model": "double-model", "stream": stream})

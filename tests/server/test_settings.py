@@ -17,14 +17,14 @@ def test_engines_aliases_and_keys_from_environment(monkeypatch: pytest.MonkeyPat
     )
     monkeypatch.setenv("RGW_ALIASES", "envace=m, other=n")
     monkeypatch.setenv("RGW_API_KEYS", "k1,k2")
-    monkeypatch.setenv("RGW_READ_TIMEOUT", "1.5")
+    monkeypatch.setenv("RGW_CHUNK_TIMEOUT", "1.5")
     settings = GatewaySettings()
     first, second = settings.engines
     assert (first.label, first.roles, first.max_concurrency) == ("a", {"act"}, 4)
     assert (second.label, second.model, second.roles) == ("b:2", "m", {"act", "rehearse"})
     assert settings.aliases == {"envace": "m", "other": "n"}
     assert [key.get_secret_value() for key in settings.api_keys] == ["k1", "k2"]
-    assert settings.read_timeout == 1.5
+    assert settings.chunk_timeout == 1.5
 
 
 def test_json_lists_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,141 @@
+"""One upstream engine as the pool sees it: its addresses, limits, live load and health state.
+
+An ``Engine`` also keeps the tasks waiting for its bytes (``watch``/``unwatch``), so that when
+its probes find it hung the pool can abort them at once (``abort_calls``) and each caller can
+tell that abort from any other cancellation (``take_abort``) and move the call elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from server.engines.routers import DIALECTS, RouterDialect
+from server.settings import EngineSpec, Role
+
+# A router queues and sheds load across its fleet itself (vllm-router: --max-concurrent-requests,
+# --queue-size); a per-entry cap sized for one engine would throttle the whole fleet.
+ROUTER_CONCURRENCY = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What one health check learned about an engine."""
+
+    healthy: bool
+    queue_depth: float = 0.0
+    timed_out: bool = False  # no answer in time (busy or hung), as opposed to a refusal or an error
+    models: tuple[str, ...] = ()
+    cards: tuple[dict[str, Any], ...] = ()  # the engine's /v1/models entries, as it wrote them
+
+
+@dataclass(eq=False, slots=True)
+class Engine:
+    """One upstream engine and its live state."""
+
+    spec: EngineSpec
+    max_concurrency: int
+    group: str = ""  # the discovered name this engine is one address of; "" when configured
+    name: str = ""
+    base_url: str = ""  # ends in /v1
+    root_url: str = ""  # where /health and /metrics live
+    headers: dict[str, str] = field(default_factory=dict)  # sent on every call (Host, for TLS)
+    extensions: dict[str, str] = field(default_factory=dict)  # httpx's: the TLS server name
+    models: tuple[str, ...] = ()
+    cards: tuple[dict[str, Any], ...] = ()
+    healthy: bool = False
+    in_flight: int = 0
+    queue_depth: float = 0.0
+    router: RouterDialect | None = None
+    failures: int = 0  # consecutive failed calls (passive health)
+    probe_failures: int = 0  # consecutive failed probes not excused by traffic (active health)
+    progress_at: float = 0.0  # time.monotonic() of the last byte of real traffic
+    probed_at: float = 0.0  # when the previous probe round started
+    hung: bool = False  # taken out by probes: nothing answered at all
+    waiters: set[asyncio.Task[Any]] = field(default_factory=set)  # tasks awaiting this engine
+    aborted: set[asyncio.Task[Any]] = field(default_factory=set)
+    _key: bytes = b""
+
+    def __post_init__(self) -> None:
+        self.name = self.spec.label
+        url = self.spec.url
+        self.base_url = url if url.endswith("/v1") else url + "/v1"
+        self.root_url = self.base_url.removesuffix("/v1")
+        self.models = (self.spec.model,) if self.spec.model else ()
+        self._key = self.name.encode()
+        if self.spec.tls_name:
+            port = urlsplit(url).port
+            self.headers = {"host": f"{self.spec.tls_name}:{port}" if port else self.spec.tls_name}
+            self.extensions = {"sni_hostname": self.spec.tls_name}
+        self.router = DIALECTS[self.spec.router] if self.spec.router else None
+
+    @property
+    def health_path(self) -> str:
+        return self.router.health_path if self.router else "/health"
+
+    @property
+    def roles(self) -> frozenset[Role]:
+        return self.spec.roles
+
+    @property
+    def has_room(self) -> bool:
+        return self.in_flight < self.max_concurrency
+
+    @property
+    def load(self) -> float:
+        """Share of the engine's capacity in use, counting what waits in its own queue."""
+        return (self.in_flight + self.queue_depth) / self.max_concurrency
+
+    def score(self, affinity: bytes) -> int:
+        """Rendezvous-hash weight of this engine for an affinity key."""
+        digest = hashlib.blake2b(affinity + self._key, digest_size=8).digest()
+        return int.from_bytes(digest, "big")
+
+    # ---- calls waiting on this engine (so a hung engine's calls can be moved at once)
+
+    def watch(self) -> asyncio.Task[Any]:
+        """Register the current task as waiting for this engine's bytes; ``unwatch`` after."""
+        task = asyncio.current_task()
+        assert task is not None  # engine calls run in tasks
+        self.waiters.add(task)
+        return task
+
+    def unwatch(self, task: asyncio.Task[Any]) -> None:
+        self.waiters.discard(task)
+
+    def abort_calls(self) -> int:
+        """Cancel every task waiting on this engine; each sees ``take_abort`` true."""
+        for task in self.waiters:
+            self.aborted.add(task)
+            task.cancel()
+        count = len(self.waiters)
+        self.waiters.clear()
+        return count
+
+    def take_abort(self, task: asyncio.Task[Any]) -> bool:
+        """Whether ``task``'s cancellation was this engine's abort (then it is undone).
+
+        False when it was not, or when another cancellation (the client left, a deadline) is
+        pending as well: that one wins and the ``CancelledError`` must go on.
+        """
+        if task not in self.aborted:
+            return False
+        self.aborted.discard(task)
+        task.uncancel()
+        return task.cancelling() == 0
+
+    def progressed(self) -> None:
+        """Real traffic came back: the engine is alive, and its failure streak ends."""
+        self.progress_at = time.monotonic()
+        self.failures = 0
+
+
+def concurrency_limit(spec: EngineSpec, default: int) -> int:
+    """How many calls the gateway lets one entry carry at once."""
+    if spec.max_concurrency:
+        return spec.max_concurrency
+    return ROUTER_CONCURRENCY if spec.router else default

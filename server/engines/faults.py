@@ -1,0 +1,112 @@
+"""Engine failures in the gateway's words: each httpx error or bad answer, an ``EngineError``.
+
+The engine client (``server/engines/client.py``) and its streams (``server/engines/streams.py``)
+raise only what these functions build, so the error tree of ``server/errors.py`` is decided in
+one place: which failures are a reset (retried once on a fresh connection), a refusal, a timeout,
+a 5xx, an engine's own 4xx, or a malformed 200.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+
+from rehearsal.messages import Usage
+from server.engines.pool import Engine
+from server.errors import (
+    EngineError,
+    EngineFailed,
+    EngineOverloaded,
+    EngineRejected,
+    EngineTimeout,
+    EngineUnavailable,
+)
+from server.telemetry.logs import note_tokens
+from server.telemetry.metrics import GatewayMetrics
+
+PASSTHROUGH_ROLE = "passthrough"  # the one role whose tokens only the engine's answer tells
+
+
+def count_usage(metrics: GatewayMetrics, body: bytes) -> bool:
+    """Count a pass-through answer's ``usage`` (a JSON body, or one SSE chunk's data).
+
+    False when ``body`` is not JSON at all (the caller decides whether that is a fault).
+    """
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    usage = Usage.from_openai(data.get("usage") if isinstance(data, dict) else None)
+    metrics.observe_passthrough_usage(usage.prompt, usage.completion, usage.cached)
+    note_tokens(PASSTHROUGH_ROLE, usage.to_dict())
+    return True
+
+
+def is_reset(exc: httpx.HTTPError) -> bool:
+    """Whether a failure to get an answer was the connection closing or resetting under it.
+
+    httpx's own transports raise ``RemoteProtocolError`` (EOF) or ``ReadError``/``WriteError``
+    (ECONNRESET, EPIPE); httpx_aiohttp maps aiohttp's ``ServerDisconnectedError`` and
+    ``ClientOSError`` to ``ConnectTimeout``, so the aiohttp cause is what tells them apart from a
+    real connect timeout or a refusal.
+    """
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        return True
+    cause = exc.__cause__
+    return isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(
+        cause, aiohttp.ClientConnectorError | aiohttp.ServerTimeoutError
+    )
+
+
+def translate(exc: httpx.HTTPError, engine: Engine) -> EngineError:
+    """The gateway error for an httpx failure while talking to ``engine``."""
+    if is_reset(exc):
+        return EngineFailed(
+            f"the connection to engine {engine.name} was reset or closed", kind="reset"
+        )
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return EngineUnavailable(f"engine {engine.name} is unreachable")
+    if isinstance(exc, httpx.PoolTimeout):
+        return EngineOverloaded(f"no free connection to engine {engine.name}")
+    if isinstance(exc, httpx.TimeoutException):
+        return EngineTimeout(f"engine {engine.name} went silent for longer than RGW_CHUNK_TIMEOUT")
+    return EngineFailed(f"the connection to engine {engine.name} broke ({type(exc).__name__})")
+
+
+def hung(engine: Engine) -> EngineTimeout:
+    """The error of a call aborted because its engine stopped answering (probes and traffic)."""
+    return EngineTimeout(f"engine {engine.name} stopped answering", retryable=True)
+
+
+def malformed(engine: Engine, what: str) -> EngineFailed:
+    return EngineFailed(f"engine {engine.name} answered 200 with {what}", kind="malformed")
+
+
+def from_status(status: int, body: bytes, engine: Engine) -> EngineError:
+    """The gateway error for a non-2xx engine answer; a 4xx keeps the engine's own words."""
+    if status >= 500 or status < 400:
+        return EngineFailed(f"engine {engine.name} answered HTTP {status}", kind="status_5xx")
+    fields: dict[str, Any] = {}
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None
+    if isinstance(data, dict):
+        # vLLM answers {"error": {...}} now and the flat {"object": "error", ...} in older releases.
+        inner = data.get("error")
+        fields = inner if isinstance(inner, dict) else data
+    message = fields.get("message")
+    if not isinstance(message, str):
+        message = body.decode("utf-8", "replace")[:2000] or f"engine answered HTTP {status}"
+    type_ = fields.get("type")
+    param = fields.get("param")
+    return EngineRejected(
+        status,
+        message,
+        type_=type_ if isinstance(type_, str) else "invalid_request_error",
+        param=param if isinstance(param, str) else None,
+        code=fields.get("code") if isinstance(fields.get("code"), str | int) else None,
+    )
