@@ -46,6 +46,7 @@ from server.rehearse.service import RehearsalService
 from server.settings import GatewaySettings
 from server.store.opening import StoreReady, open_store
 from server.telemetry.metrics import GatewayMetrics
+from server.telemetry.readiness import Draining
 
 log = logging.getLogger("rehearsal_gateway.server")
 
@@ -129,9 +130,10 @@ async def open_state(
     feedback = Feedback(store, metrics)
     chat = ChatService(pool, calls, rehearsal=rehearsal, feedback=feedback)
     responses = ResponsesService(chat, rehearsal, feedback)
+    draining = Draining()
     state = GatewayState(
         settings, metrics, keyring, http, pool, engines, chat, store, rehearsal, responses,
-        checks=[EnginesReady(pool), StoreReady(store)],
+        checks=[draining, EnginesReady(pool), StoreReady(store)],
     )  # fmt: skip
     discovery = EngineDiscovery(
         pool,
@@ -160,7 +162,8 @@ async def open_state(
             store_state.detail,
         )
         try:
-            yield state
+            with draining.on_signals():
+                yield state
         finally:
             for task in tasks:
                 task.cancel()

@@ -4,7 +4,8 @@
 
     GatewayError
     ├── InvalidRequest          400  invalid_request_error
-    │   └── PayloadTooLarge     413  invalid_request_error / request_too_large
+    │   ├── PayloadTooLarge     413  invalid_request_error / request_too_large
+    │   └── BodyTimeout         408  invalid_request_error / request_timeout
     ├── Unauthorized            401  authentication_error / invalid_api_key
     ├── NotFound                404  not_found_error
     │   └── ModelNotFound       404  invalid_request_error / model_not_found
@@ -53,6 +54,10 @@ class InvalidRequest(GatewayError):
 
 class PayloadTooLarge(InvalidRequest):
     """The body is over ``max_body_bytes``."""
+
+
+class BodyTimeout(InvalidRequest):
+    """The request body did not arrive whole within ``body_timeout``."""
 
 
 class Unauthorized(GatewayError):
@@ -162,6 +167,7 @@ ERROR_TABLE: dict[type[GatewayError], ErrorKind] = {
     GatewayError: ErrorKind(500, "internal_error", "internal_error"),
     InvalidRequest: ErrorKind(400, "invalid_request_error"),
     PayloadTooLarge: ErrorKind(413, "invalid_request_error", "request_too_large"),
+    BodyTimeout: ErrorKind(408, "invalid_request_error", "request_timeout"),
     Unauthorized: ErrorKind(401, "authentication_error", "invalid_api_key"),
     NotFound: ErrorKind(404, "not_found_error", "not_found"),
     ModelNotFound: ErrorKind(404, "invalid_request_error", "model_not_found"),

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server.errors import (
+    BodyTimeout,
     GatewayError,
     InvalidRequest,
     MethodNotAllowed,
@@ -46,6 +47,8 @@ def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) ->
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
+    if isinstance(exc, BodyTimeout):  # the rest of the body may still come: not on this socket
+        return _error_response(exc, headers={"connection": "close"})
     return _error_response(exc)
 
 

@@ -10,6 +10,7 @@ written to stderr as one JSON line (``server/telemetry/logs.py``), in each worke
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -112,6 +113,21 @@ def _export(args: argparse.Namespace) -> None:
             os.environ[ENV_PREFIX + name] = value
 
 
+def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
+    """The uvicorn options that make the gateway's edges: drain, keep-alive, header timeout."""
+    from server.http.header_timeout import HeaderTimeoutProtocol
+
+    HeaderTimeoutProtocol.header_timeout = settings.header_timeout
+    return {
+        # SIGTERM: stop accepting, let in-flight requests finish within the grace (a rehearsal
+        # may run to its deadline cap plus one commit), then stop. deploy/ follows this setting.
+        "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace_s),
+        "timeout_keep_alive": settings.keepalive_s,
+        # An import string, so that worker processes load the class (and read the setting).
+        "http": "server.http.header_timeout:HeaderTimeoutProtocol",
+    }
+
+
 def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
@@ -147,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         # JSON lines, applied by uvicorn in each worker process (server/telemetry/logs.py).
         "log_config": log_config(settings.log_level),
         "access_log": args.access_log,
-        "timeout_graceful_shutdown": 10,
+        **uvicorn_options(settings),
     }
     if settings.workers > 1:
         uvicorn.run(

@@ -6,8 +6,16 @@ Each layer that owns a dependency offers its check (``EnginesReady`` beside the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, Protocol
+
+log = logging.getLogger("rehearsal_gateway.server")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +51,47 @@ async def readiness(checks: list[ReadinessCheck]) -> tuple[bool, dict[str, Any]]
         report[item.name] = {"ok": result.ok, "detail": result.detail}
     status = "not_ready" if not ready else "degraded" if degraded else "ready"
     return ready, {"status": status, "checks": report}
+
+
+@dataclass
+class Draining:
+    """Not ready once a shutdown signal arrived, so that a load balancer moves away at once.
+
+    ``on_signals`` chains a handler in front of the server's own (uvicorn's, which then stops
+    accepting and lets in-flight requests finish within ``RGW_SHUTDOWN_GRACE_S``): the flag is
+    set before the server starts shutting down. Signals are the main thread's only; an app served
+    in another thread (the tests' in-process gateways) is drained by its server alone.
+    """
+
+    name: str = "shutdown"
+    active: bool = False
+    _previous: dict[int, Any] = field(default_factory=dict)
+
+    async def check(self) -> CheckResult:
+        return CheckResult(not self.active, "draining" if self.active else "serving")
+
+    def begin(self) -> None:
+        if not self.active:
+            log.info("shutdown signal: /ready answers 503, in-flight requests finish")
+        self.active = True
+
+    def _handle(self, sig: int, frame: FrameType | None) -> None:
+        self.begin()
+        previous = self._previous.get(sig)
+        if callable(previous):
+            previous(sig, frame)
+
+    @contextlib.contextmanager
+    def on_signals(self) -> Iterator[None]:
+        """Mark draining on SIGTERM/SIGINT while the block runs (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        try:
+            yield
+        finally:
+            for number, handler in self._previous.items():
+                signal.signal(number, handler)
+            self._previous.clear()

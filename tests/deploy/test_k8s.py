@@ -48,7 +48,7 @@ VLLM_FLAGS = (
     "--host 0.0.0.0",
     "--port 8000",
 )
-UVICORN_GRACEFUL_S = 10  # server/launcher/serve.py: timeout_graceful_shutdown
+KILL_MARGIN_S = 5  # after the drain (RGW_SHUTDOWN_GRACE_S), before the kubelet's SIGKILL
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
 # The part of the Prometheus Operator's ServiceMonitor schema (monitoring.coreos.com/v1) that the
@@ -332,7 +332,8 @@ def test_gateway_probes_and_shutdown(target: str) -> None:
     }
     assert "http" in _port_names(gateway)
     grace = _pod(gateway)["terminationGracePeriodSeconds"]
-    assert grace > _sleep_s(container) + UVICORN_GRACEFUL_S
+    drain = float(_env(render(target))["RGW_SHUTDOWN_GRACE_S"])
+    assert grace == _sleep_s(container) + drain + KILL_MARGIN_S
 
 
 @pytest.mark.parametrize("target", RENDERINGS)

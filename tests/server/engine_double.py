@@ -6,7 +6,8 @@ received, as chosen by ``--chat``. It answers ``/health``, ``/v1/models`` and ``
 
     python -m tests.server.engine_double --port P --chat MODE [--model M]
 
-MODE is hang, echo, slow, cut, usage (vLLM's continuous usage stats) or status:CODE.
+MODE is hang, echo, slow, cut, usage (vLLM's continuous usage stats), status:CODE, or
+delay:SECONDS (a normal answer after SECONDS: a whole one, or a stream spread over them).
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ def build_app(mode: str, model: str = MODEL) -> Starlette:
             finally:
                 running -= 1
             return Response(b"", 499)
+        if mode.startswith("delay:"):
+            seconds = float(mode.split(":", 1)[1])
+            if stream:
+                return StreamingResponse(_spread(seconds), media_type="text/event-stream")
+            running += 1
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                running -= 1
+            return Response(completion("late", model), media_type="application/json")
         if mode == "usage":
             return Response(b"".join(usage_stream(model)), media_type="text/event-stream")
         if mode == "cut":
@@ -113,6 +124,12 @@ def build_app(mode: str, model: str = MODEL) -> Starlette:
                 await asyncio.sleep(0.02)
         finally:
             running -= 1
+
+    async def _spread(seconds: float) -> AsyncIterator[bytes]:
+        for i in range(10):
+            yield chunk(f"t{i} ")
+            await asyncio.sleep(seconds / 10)
+        yield b"data: [DONE]\n\n"
 
     async def _cut() -> AsyncIterator[bytes]:
         yield chunk("first ")

@@ -90,9 +90,10 @@ def start_gateway(
     request_log = logging.getLogger(REQUEST_LOGGER)
     request_log.addHandler(handler)
     request_log.setLevel(logging.INFO)
+    options = {**serve.uvicorn_options(settings), "timeout_graceful_shutdown": 10}
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, log_level="warning",
-        access_log=False, timeout_graceful_shutdown=10, lifespan="on",
+        access_log=False, lifespan="on", **options,
     )  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"gateway-{port}", daemon=True)

@@ -1,0 +1,72 @@
+"""A header-read timeout for uvicorn's HTTP/1.1 protocol: slowloris connections are closed.
+
+Uvicorn bounds an idle keep-alive connection (``timeout_keep_alive``) but not a connection that
+is opened and then sends its request line and headers byte by byte, or not at all: 300 such
+sockets were held for as long as their clients liked. ``HeaderTimeoutProtocol`` is uvicorn's
+httptools protocol (what ``uvicorn[standard]`` runs) with one timer more: armed when the
+connection opens and when a request's first byte arrives, disarmed when its headers are
+complete; when it fires, the connection is closed (as nginx does on ``client_header_timeout``).
+A body is bounded separately, by the route (``server/http/body.py``). No maintained ASGI server
+option does this for uvicorn; the subclass touches three callbacks and keeps uvicorn's parser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("rehearsal_gateway.server")
+
+
+class HeaderTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing a connection whose headers do not arrive in time."""
+
+    #: Seconds from a connection (or a request's first byte) to the end of its headers. Set by
+    #: ``serve`` before uvicorn starts; a worker process reads ``RGW_HEADER_TIMEOUT`` itself.
+    header_timeout: ClassVar[float | None] = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def seconds(cls) -> float:
+        if cls.header_timeout is None:
+            from server.settings import GatewaySettings
+
+            cls.header_timeout = GatewaySettings().header_timeout
+        return cls.header_timeout
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._header_timer is None:
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._header_timer = self.loop.call_later(self.seconds(), self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            log.debug("closing %s: no complete request headers in %gs", self.client, self.seconds())
+            self.transport.close()
