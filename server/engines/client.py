@@ -57,6 +57,7 @@ from server.telemetry.waits import waiting
 __all__ = ["CHAT_PATH", "EngineClient", "EngineStream", "Waits", "call_headers"]
 
 JSON_HEADERS = {"content-type": "application/json"}
+RESET_RETRIES = 3  # sends that may meet a reset socket before the call counts as failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,13 +171,18 @@ class EngineClient:
     async def _send(
         self, engine: Engine, send: Callable[[], Awaitable[httpx.Response]]
     ) -> httpx.Response:
-        """``send()``, once more on a fresh connection when the first one was reset or closed."""
-        try:
-            return await send()
-        except httpx.HTTPError as exc:
-            if not is_reset(exc):
-                raise
-            self.metrics.engine_error(engine.name, "reset")
+        """``send()``, again while the connection it got was reset or closed before any answer.
+
+        Up to ``RESET_RETRIES`` more times: after an engine restart every pooled socket is
+        stale, and each retry may draw another one before a fresh connection is opened.
+        """
+        for _ in range(RESET_RETRIES):
+            try:
+                return await send()
+            except httpx.HTTPError as exc:
+                if not is_reset(exc):
+                    raise
+                self.metrics.engine_error(engine.name, "reset")
         return await send()
 
     def _fail(self, engine: Engine, error: EngineError) -> EngineError:
