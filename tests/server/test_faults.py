@@ -130,13 +130,14 @@ def _one(client: httpx.Client, i: int) -> tuple[str, str]:
     return ("answered", "ok") if data.get("choices") else ("lost", "no choices")
 
 
-def drive(gateway_url: str, sent: int = SENT) -> Tally:
-    """Send ``sent`` requests at once; sort each into one bucket."""
+def drive(gateway_url: str, sent: int = SENT, clients: int | None = None) -> Tally:
+    """Send ``sent`` requests from ``clients`` at once (one each by default); sort each."""
     tally = Tally(sent=sent)
     started = time.monotonic()
+    limits = httpx.Limits(max_connections=clients or sent)
     with (
-        httpx.Client(base_url=gateway_url, timeout=CLIENT_TIMEOUT_S) as client,
-        ThreadPoolExecutor(sent) as pool,
+        httpx.Client(base_url=gateway_url, timeout=CLIENT_TIMEOUT_S, limits=limits) as client,
+        ThreadPoolExecutor(clients or sent) as pool,
     ):
         outcomes = list(pool.map(lambda i: _one(client, i), range(sent)))
     tally.seconds = time.monotonic() - started
