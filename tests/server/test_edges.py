@@ -1,0 +1,126 @@
+"""The client side's edges: uploads cut or stalled, slow headers, idle keep-alive connections.
+
+Raw sockets on loopback, so the test controls every byte: a body shorter than its
+``Content-Length``, a client that leaves mid-upload, headers sent one byte at a time. Each
+ends in bounded time with a clear answer or a closed connection, and none leaves a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.server.conftest import metric_value
+
+BODY = b'{"model": "double-model", "messages": [{"role": "user", "content": "x"}]}'
+DISCONNECTS = "rehearsal_gateway_client_disconnects_total"
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.settimeout(10)
+    return sock
+
+
+def _head(length: int) -> bytes:
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+        b"content-length: " + str(length).encode() + b"\r\n\r\n"
+    )
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _wait_metric(url: str, name: str, value: float, **labels: str) -> None:
+    deadline = time.monotonic() + 5
+    while metric_value(url, name, **labels) < value:
+        assert time.monotonic() < deadline, f"{name}{labels} never reached {value}"
+        time.sleep(0.05)
+
+
+def test_client_gone_mid_upload_is_no_500(start_double, start_gateway,
+                                          caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """Half a body, then the client closes: counted, no 500, no ERROR record, no traceback."""
+    engine = start_double("echo")
+    gateway = start_gateway(engine.url + "/v1")
+    caplog.set_level(logging.DEBUG)
+    for _ in range(3):
+        with _connect(gateway.port) as sock:
+            sock.sendall(_head(len(BODY)) + BODY[:20])
+            time.sleep(0.1)
+    _wait_metric(gateway.url, DISCONNECTS, 3, stage="upload")
+    requests = "rehearsal_gateway_requests_total"
+    assert metric_value(gateway.url, requests, outcome="error") == 0
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert any("client left while uploading" in r.getMessage() for r in caplog.records)
+    assert '"status": 500' not in gateway.log()
+
+
+def test_a_body_short_of_its_length_gets_408_and_is_let_go(start_double, start_gateway) -> None:
+    """A stalled upload is answered 408 (envelope) at RGW_BODY_TIMEOUT and the socket closed."""
+    engine = start_double("echo")
+    gateway = start_gateway(engine.url + "/v1", env={"RGW_BODY_TIMEOUT": "0.5"})
+    with _connect(gateway.port) as sock:
+        started = time.monotonic()
+        sock.sendall(_head(len(BODY)) + BODY[:20])
+        answer = _read_all(sock)  # returns: the gateway closes the connection
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert b'"code":"request_timeout"' in answer
+    assert 0.4 < elapsed < 5
+    assert metric_value(gateway.url, DISCONNECTS, stage="body_timeout") == 1
+
+
+def test_slow_headers_are_cut_at_the_header_timeout(start_double, start_gateway) -> None:
+    """Slowloris: a connection that trickles its headers (or sends none) is closed in time."""
+    engine = start_double("echo")
+    gateway = start_gateway(engine.url + "/v1", env={"RGW_HEADER_TIMEOUT": "0.5"})
+    with _connect(gateway.port) as idle, _connect(gateway.port) as trickle:
+        started = time.monotonic()
+        for byte in _head(len(BODY))[:30]:
+            try:
+                trickle.send(bytes([byte]))
+            except OSError:
+                break
+            time.sleep(0.05)
+        assert _read_all(trickle) == b""  # closed without an answer
+        assert _read_all(idle) == b""
+        assert time.monotonic() - started < 5
+    # A normal request is unaffected by the short header timeout.
+    response = httpx.post(gateway.url + "/v1/chat/completions", content=BODY, timeout=10)
+    assert response.status_code == 200
+
+
+def test_idle_keep_alive_lasts_rgw_keepalive_s(start_double, start_gateway) -> None:
+    """The gateway keeps an idle connection RGW_KEEPALIVE_S, then closes it (the reuse race).
+
+    A request written to a socket the server has just closed never reaches the app: that is
+    the keep-alive loss of the soak (httpx's 5 s idle expiry against uvicorn's 5 s default).
+    The cure is a client idle expiry below the gateway's keep-alive (75 s by default).
+    """
+    engine = start_double("echo")
+    gateway = start_gateway(engine.url + "/v1", env={"RGW_KEEPALIVE_S": "1"})
+    request = b"GET /health HTTP/1.1\r\nhost: gw\r\n\r\n"
+    with _connect(gateway.port) as sock:
+        sock.sendall(request)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(0.5)  # within the keep-alive: the socket still serves
+        sock.sendall(request)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(1.5)  # past it: the gateway closed the socket
+        assert sock.recv(65536) == b""
+    # A client whose idle expiry is below the gateway's never reuses a closed socket.
+    limits = httpx.Limits(keepalive_expiry=0.5)
+    with httpx.Client(base_url=gateway.url, limits=limits, timeout=10) as client:
+        for pause in (0.0, 0.9, 1.0, 1.1):
+            time.sleep(pause)
+            assert client.post("/v1/chat/completions", content=BODY).status_code == 200
