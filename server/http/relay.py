@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from server.chat_call import JsonAnswer
 from server.engines.calls import StreamAnswer
+from server.engines.streams import DONE
 from server.errors import EngineError, EngineTimeout, sse_error_event
 
 T = TypeVar("T")
@@ -92,17 +93,20 @@ class StreamRelay(Response):
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         stream = self.answer.stream
-        await send({"type": "http.response.body", "body": stream.first, "more_body": True})
+        last = stream.first
+        await send({"type": "http.response.body", "body": last, "more_body": True})
+        error: EngineError | None = None
         try:
             async with asyncio.timeout_at(self.answer.deadline):
                 async for chunk in stream.rest():
+                    last = chunk
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
-            event = sse_error_event(exc)
-            await send({"type": "http.response.body", "body": event, "more_body": True})
+            error = exc
         except TimeoutError:
-            bound = EngineTimeout("the stream ran past the gateway's overall bound for a request")
+            error = EngineTimeout("the stream ran past the gateway's overall bound for a request")
+        if error is not None and not last.endswith(DONE):  # after [DONE] the answer is whole
             await send(
-                {"type": "http.response.body", "body": sse_error_event(bound), "more_body": True}
+                {"type": "http.response.body", "body": sse_error_event(error), "more_body": True}
             )
         await send({"type": "http.response.body", "body": b"", "more_body": False})

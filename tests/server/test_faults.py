@@ -274,3 +274,14 @@ def test_slow_bytes_are_answered_or_bounded(chaos, start_gateway) -> None:
     check("alone/slow", tally)
     assert tally.error > 0  # the drip outlasts the 2 s bound
     assert all(e in ("504:engine_timeout", "sse:engine_timeout") for e in tally.errors)
+
+
+def test_a_stream_past_the_overall_bound_ends_with_an_error_event(chaos, start_gateway) -> None:
+    """A dripping stream that started in time but outlasts RGW_REQUEST_TIMEOUT: error event."""
+    proxy = chaos()
+    gateway = _gateway(start_gateway, proxy.url, RGW_REQUEST_TIMEOUT="2")
+    proxy.set("slow", drip_bytes=24, drip_s=0.05)
+    tally = drive(gateway.url)
+    check("alone/slow-stream", tally)
+    assert "sse:engine_timeout" in tally.errors, tally.errors  # cut after its first byte
+    assert tally.seconds < 10
