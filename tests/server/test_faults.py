@@ -285,3 +285,32 @@ def test_a_stream_past_the_overall_bound_ends_with_an_error_event(chaos, start_g
     check("alone/slow-stream", tally)
     assert "sse:engine_timeout" in tally.errors, tally.errors  # cut after its first byte
     assert tally.seconds < 10
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_rehearsal_on_a_hung_engine_ends_by_its_deadline_plus_one_commit(
+    start_double, start_gateway, stream: bool
+) -> None:
+    """An engine that passes its probes but never answers a call: the rehearsal's calls are cut
+    at ``deadline_ms`` + ``RGW_COMMIT_TIMEOUT`` (0.5 s + 1 s here), with a 504 or an SSE error."""
+    from tests.server.rehearsal_support import opening
+    from twin.worlds import load_world
+
+    world = load_world("retail")
+    hung = start_double("hang", model=TWIN_MODEL)
+    gateway = start_gateway(hung.url + "/v1", env={"RGW_COMMIT_TIMEOUT": "1"})
+    body = {
+        "model": TWIN_MODEL, "messages": opening(world, world.tasks[0]),
+        "tools": world.tool_schemas(), "stream": stream,
+        "rehearsal": {"mode": "parallel", "budget": 2, "deadline_ms": 500},
+    }  # fmt: skip
+    started = time.monotonic()
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=CLIENT_TIMEOUT_S)
+    elapsed = time.monotonic() - started
+    if stream:
+        assert response.status_code == 200
+        assert classify_stream(response.content) == ("error", "sse:engine_timeout")
+    else:
+        assert response.status_code == 504
+        assert _envelope(response.content) == "engine_timeout"
+    assert 1.4 < elapsed < 6
