@@ -1,4 +1,4 @@
-"""A soak: many keep-alive clients, mixed pass-through and rehearsed, against twin + gateway + Redis.
+"""A soak: keep-alive clients, mixed pass-through and rehearsed, against twin, gateway and Redis.
 
 Starts a private ``redis-server`` (free port, nothing persisted), the engine twin and one gateway
 in front of both, then runs ``--clients`` (64) agents for ``--seconds`` (600). Each agent holds a
@@ -168,7 +168,7 @@ class Agent:
             tally.errors += 1
             self.messages = self._fresh()
             return
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError, KeyError) as exc:
             tally.lost += 1
             tally.lost_kinds[type(exc).__name__] += 1
             self.messages = self._fresh()

@@ -45,6 +45,7 @@ from server.rehearse.feedback import Feedback
 from server.rehearse.service import RehearsalService
 from server.settings import GatewaySettings
 from server.store.opening import StoreReady, open_store
+from server.store.writer import StoreWriter
 from server.telemetry.metrics import GatewayMetrics
 from server.telemetry.readiness import Draining
 
@@ -116,10 +117,17 @@ async def open_state(
     engines = EngineClient(http, metrics, settings.health_timeout, Waits.of(settings))
     calls = EngineCalls(pool, engines, max_attempts=settings.max_attempts)
     store = open_store(settings)
+    writer = StoreWriter(
+        metrics,
+        max_pending=settings.store_writes_max_pending,
+        concurrency=settings.store_writes_concurrency,
+        settle_wait_s=settings.store_settle_wait_s,
+    )
     rehearsal = RehearsalService(
         calls,
         store,
         metrics,
+        writer,
         defaults=budget_defaults(settings),
         caps=budget_caps(settings),
         planner=planner_settings(settings),
@@ -127,7 +135,7 @@ async def open_state(
         rehearse_priority=rehearse_priority(settings),
         commit_timeout=settings.commit_timeout,
     )
-    feedback = Feedback(store, metrics)
+    feedback = Feedback(store, metrics, writer)
     chat = ChatService(pool, calls, rehearsal=rehearsal, feedback=feedback)
     responses = ResponsesService(chat, rehearsal, feedback)
     draining = Draining()
@@ -170,6 +178,7 @@ async def open_state(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
     finally:
+        await writer.close(settings.store_drain_s)  # hindsight written before the store closes
         await store.close()
         await http.aclose()
         metrics.worker_exited(os.getpid())

@@ -183,6 +183,18 @@ class GatewaySettings(BaseSettings):
         dict[str, Literal["trusted", "learning", "ignore_vetoes", "off"]], NoDecode
     ] = Field(default_factory=dict)
 
+    # ---- Store writes beside the answer, and the in-process store's bounds (issue 14;
+    # server/store/writer.py, server/store/inprocess.py).
+    # Writes held at most (beyond: dropped and counted), and how many talk to Redis at once.
+    store_writes_max_pending: int = Field(default=10_000, ge=1)
+    store_writes_concurrency: int = Field(default=16, ge=1)
+    # How long a reader waits for a held write it must see (a pending record, a trace).
+    store_settle_wait_s: float = Field(default=1.0, ge=0)
+    # At shutdown, how long held writes may still run before they are cut.
+    store_drain_s: float = Field(default=10.0, ge=0)
+    inprocess_max_keys: int = Field(default=100_000, ge=1)
+    inprocess_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+
     # Prometheus multiprocess directory, required when workers > 1.
     metrics_dir: str | None = None
 

@@ -148,9 +148,11 @@ class ChatService:
 
     async def complete(self, call: ChatCall) -> ChatAnswer:
         """Answer one chat call: feed back real results, then rehearse or pass through."""
-        learned = await self.feedback.collect(call.tenant, call.body["messages"])
         if call.budget is not None:
+            learned = await self.feedback.collect(call.tenant, call.body["messages"])
             return await self.rehearsal.answer(call, call.budget, learned)
+        # A pass-through answer carries no feedback: none of it is on its path.
+        self.feedback.collect_later(call.tenant, call.body["messages"])
         if call.stream:
             return await self.passthrough_stream(call)
         return JsonAnswer(await self.passthrough(call))

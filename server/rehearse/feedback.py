@@ -19,11 +19,13 @@ never both count it) and records:
 - the rehearsal's stored **trace**, extended with this feedback.
 
 Tool messages answering ids we did not mint are none of our business: they pass through untouched.
-Store failures are counted and skipped — feedback is never worth failing a request for.
+Store failures are counted and skipped — feedback is never worth failing a request for — and
+every write above runs beside the answer (``server/store/writer.py``), never before it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +37,7 @@ from rehearsal.trust import cell
 from server.errors import StoreUnavailable
 from server.rehearse.committed import TOOL_CALL_PREFIX
 from server.store.backends import RehearsalStore
+from server.store.writer import StoreWriter, Write
 from server.telemetry.metrics import GatewayMetrics
 
 
@@ -99,16 +102,48 @@ def _content_text(content: Any) -> str:
 
 
 class Feedback:
-    """Matches real tool results to the imagined ones and records what they show."""
+    """Matches real tool results to the imagined ones and records what they show.
 
-    def __init__(self, store: RehearsalStore, metrics: GatewayMetrics) -> None:
+    Taking a pending record is the one store call on the request's path (its summary is in a
+    rehearsed answer); every write it leads to is handed to the ``StoreWriter``. A rehearsed
+    request waits, at most the writer's ``settle_wait_s``, for those writes, because the
+    rehearsal it is about to run reads them (the real failure in session memory, the real result
+    as grounding, the trust counts); their failure never degrades it. A pass-through answer
+    carries no feedback, so ``collect_later`` takes the whole collection off its path.
+    """
+
+    def __init__(self, store: RehearsalStore, metrics: GatewayMetrics, writer: StoreWriter) -> None:
         self.store = store
         self.metrics = metrics
+        self.writer = writer
 
     async def collect(self, tenant: str, messages: Sequence[Any]) -> list[dict[str, Any]]:
         """Record every new real result in ``messages``; one summary per matched call."""
+        recorded, writes = await self._take(tenant, answered_ids(messages))
+        if writes:
+            await asyncio.wait(writes, timeout=self.writer.settle_wait_s)
+        return recorded
+
+    def collect_later(self, tenant: str, messages: Sequence[Any]) -> None:
+        """The whole collection beside the answer (for answers that do not carry it)."""
+        answered = answered_ids(messages)
+
+        async def take() -> None:
+            await self._take(tenant, answered)
+
+        if answered:
+            after = [("pending", tenant, call_id) for call_id, _ in answered]
+            self.writer.submit("feedback", take, after=after)
+
+    async def _take(
+        self, tenant: str, answered: list[tuple[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[asyncio.Task[None]]]:
         recorded: list[dict[str, Any]] = []
-        for call_id, content in answered_ids(messages):
+        writes: list[asyncio.Task[None]] = []
+        for call_id, content in answered:
+            # The turn that committed this call may still be writing its record (beside its
+            # answer); a client that answers within milliseconds must still find it.
+            await self.writer.settled(("pending", tenant, call_id))
             try:
                 record = await self.store.take_pending(tenant, call_id)
             except StoreUnavailable as exc:
@@ -116,12 +151,23 @@ class Feedback:
                 continue
             if record is None:  # not ours, expired, already recorded, or another tenant's
                 continue
-            recorded.append(await self._record(tenant, call_id, record, content))
-        return recorded
+            summary, write = self._record(tenant, call_id, record, content)
+            recorded.append(summary)
+            rehearsal_id = record.get("rehearsal_id")
+            task = self.writer.submit(
+                "feedback",
+                write,
+                marks=[("trust", tenant), ("trace", tenant, rehearsal_id)],
+                after=[("trace", tenant, rehearsal_id)],
+            )
+            if task is not None:
+                writes.append(task)
+        return recorded, writes
 
-    async def _record(
+    def _record(
         self, tenant: str, call_id: str, record: dict[str, Any], content: Any
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], Write]:
+        """The feedback summary (metrics recorded now) and the write of what it teaches."""
         real = parse_observation(_content_text(content))
         real_s = max(0.0, time.time() - float(record.get("sent_at") or time.time()))
         imagined, outcome = record.get("imagined"), record.get("imagined_outcome")
@@ -142,19 +188,23 @@ class Feedback:
             "real_outcome": "error" if failed else "ok",
             "real_ms": round(real_s * 1000.0, 3),
         }
-        if predicted is not None:
-            try:
-                await self.store.record_trust(
-                    tenant, str(record.get("tool")), cell(predicted, failed)
-                )
-            except StoreUnavailable as exc:
-                self.metrics.store_error(exc.op)
-        await self._remember(tenant, record, real, failed, summary)
-        return summary
+
+        async def write() -> None:
+            if predicted is not None:
+                try:
+                    await self.store.record_trust(
+                        tenant, str(record.get("tool")), cell(predicted, failed)
+                    )
+                except StoreUnavailable as exc:
+                    self.metrics.store_error(exc.op)
+            await self._remember(tenant, record, real, failed, summary)
+
+        return summary, write
 
     async def _remember(
         self, tenant: str, record: dict[str, Any], real: Any, failed: bool, summary: dict[str, Any]
     ) -> None:
+        """Grounding, session memory and the trace's note; a store failure ends the write."""
         tool, arguments = str(record.get("tool")), record.get("arguments")
         canonical_args = canonical_json(arguments)
         entry = MemoryEntry(
@@ -165,16 +215,13 @@ class Feedback:
             source="real",
         )
         session, rehearsal_id = record.get("session"), record.get("rehearsal_id")
-        try:
-            await self.store.save_grounding(
-                tenant, tool, canonical_args, {"name": tool, "arguments": arguments, "result": real}
-            )
-            if isinstance(session, str):
-                await self.store.append_memory(tenant, session, [entry.to_dict()])
-            if isinstance(rehearsal_id, str):
-                trace = await self.store.load_trace(tenant, rehearsal_id)
-                if trace is not None:
-                    trace.setdefault("feedback", []).append({**summary, "real_result": real})
-                    await self.store.save_trace(tenant, rehearsal_id, trace)
-        except StoreUnavailable as exc:
-            self.metrics.store_error(exc.op)
+        await self.store.save_grounding(
+            tenant, tool, canonical_args, {"name": tool, "arguments": arguments, "result": real}
+        )
+        if isinstance(session, str):
+            await self.store.append_memory(tenant, session, [entry.to_dict()])
+        if isinstance(rehearsal_id, str):
+            trace = await self.store.load_trace(tenant, rehearsal_id)
+            if trace is not None:
+                trace.setdefault("feedback", []).append({**summary, "real_result": real})
+                await self.store.save_trace(tenant, rehearsal_id, trace)

@@ -15,6 +15,7 @@ same either way.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import secrets
 import time
@@ -43,6 +44,7 @@ from server.rehearse.committed import (
 from server.rehearse.engine_port import EngineGenerator
 from server.rehearse.feedback import pending_record
 from server.store.backends import RehearsalStore
+from server.store.writer import StoreWriter
 from server.telemetry.metrics import GatewayMetrics
 
 # Request fields the planner handles itself; everything else reaches the acting calls untouched.
@@ -214,20 +216,25 @@ class RehearsalRun:
             "committed": turn.to_dict(),
             "feedback_in": self.feedback,
         }
-        try:
-            for tool_call in turn.tool_calls:
-                seen = _imagined_for(result, tool_call.signature)
-                record = pending_record(
-                    tenant=tenant, session=self.session, rehearsal_id=self.rehearsal_id,
-                    tool=tool_call.name, arguments=tool_call.parsed_arguments,
-                    imagined=None if seen is None else seen.result,
-                    imagined_outcome=None if seen is None else seen.outcome,
-                )  # fmt: skip
-                await self.service.store.save_pending(tenant, tool_call.id, record)
-            await self.service.store.save_trace(tenant, self.rehearsal_id, trace)
-        except StoreUnavailable as exc:
-            self.service.metrics.store_error(exc.op)
-            self.store_faults.append(exc.op)
+        pending = {}
+        for tool_call in turn.tool_calls:
+            seen = _imagined_for(result, tool_call.signature)
+            pending[tool_call.id] = pending_record(
+                tenant=tenant, session=self.session, rehearsal_id=self.rehearsal_id,
+                tool=tool_call.name, arguments=tool_call.parsed_arguments,
+                imagined=None if seen is None else seen.result,
+                imagined_outcome=None if seen is None else seen.outcome,
+            )  # fmt: skip
+        # Beside the answer, not before it: only later requests read these (the next turn's
+        # feedback, GET /v1/rehearsals/{id}), and they wait for the write (server/store/writer.py).
+        store = self.service.store
+        marks = [("trace", tenant, self.rehearsal_id)]
+        marks += [("pending", tenant, call_id) for call_id in pending]
+        self.service.writer.submit(
+            "settle",
+            functools.partial(store.save_settled, tenant, self.rehearsal_id, trace, pending),
+            marks=marks,
+        )
         if summary["degraded"] is None and (
             self.store_faults or "store_error" in str(result.faults)
         ):
@@ -254,6 +261,7 @@ class RehearsalService:
         calls: EngineCalls,
         store: RehearsalStore,
         metrics: GatewayMetrics,
+        writer: StoreWriter,
         *,
         defaults: Budget,
         caps: BudgetCaps,
@@ -267,6 +275,7 @@ class RehearsalService:
         self.commit_timeout = commit_timeout
         self.store = store
         self.metrics = metrics
+        self.writer = writer
         self.defaults = defaults
         self.caps = caps
         self.planner = planner
@@ -274,6 +283,7 @@ class RehearsalService:
 
     async def trust_table(self, tenant: str) -> dict[str, Any]:
         """``GET /v1/rehearsals/trust``: this tenant's counts, rates and policies, per tool."""
+        await self.writer.settled(("trust", tenant))
         raw = await self.store.trust_table(tenant)
         table = {tool: Counts.from_mapping(row) for tool, row in raw.items()}
         settings = self.trust_settings
@@ -297,6 +307,7 @@ class RehearsalService:
 
     async def trace(self, tenant: str, rehearsal_id: str) -> dict[str, Any]:
         """A stored trace of ``tenant``; 404 when unknown, expired or another tenant's."""
+        await self.writer.settled(("trace", tenant, rehearsal_id))
         trace = await self.store.load_trace(tenant, rehearsal_id)
         if trace is None:
             raise NotFound(f"no rehearsal {rehearsal_id!r} (unknown, expired, or not yours)")

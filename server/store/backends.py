@@ -1,8 +1,9 @@
 """The rehearsal store: traces, pending imagined observations, session memory and grounding.
 
 Two implementations share one async interface. ``RedisStore`` is what production and the tests
-use (redis-py asyncio, bounded timeouts, JSON values); ``InProcessStore`` is the embedded default
-when no Redis URL is configured — it works for one process only, which the server says at start.
+use (redis-py asyncio, bounded timeouts, JSON values); ``InProcessStore``
+(``server/store/inprocess.py``) is the embedded default when no Redis URL is configured — it
+works for one process only, which the server says at start.
 
 Every failure of the backing server is translated once, here, into ``StoreUnavailable`` (in the
 server's error tree, ``server/errors.py``); callers
@@ -12,17 +13,17 @@ from ``server.store.keys`` and nowhere else.
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Coroutine
-from typing import Any, ParamSpec, Protocol, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import orjson
 from redis.exceptions import RedisError
 
 from server.errors import StoreUnavailable
-from server.store.connect import connect
+from server.store.connect import RedisClient, connect
 from server.store.keys import Keys, Lifetimes, args_hash
 from server.telemetry.waits import waiting
 
@@ -37,6 +38,9 @@ class RehearsalStore(Protocol):
     async def ping(self) -> None: ...
     async def close(self) -> None: ...
     async def save_trace(self, tenant: str, rehearsal_id: str, trace: JSONObject) -> None: ...
+    async def save_settled(
+        self, tenant: str, rehearsal_id: str, trace: JSONObject, pending: Mapping[str, JSONObject]
+    ) -> None: ...
     async def load_trace(self, tenant: str, rehearsal_id: str) -> JSONObject | None: ...
     async def save_pending(self, tenant: str, tool_call_id: str, record: JSONObject) -> None: ...
     async def take_pending(self, tenant: str, tool_call_id: str) -> JSONObject | None: ...
@@ -114,22 +118,26 @@ def trust_rows(fields: dict[str, int]) -> dict[str, dict[str, int]]:
 R = TypeVar("R")
 
 
-def _waited(method: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """Count a Redis round trip as time the request spent waiting (not gateway overhead)."""
+def _waited(
+    method: Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, R]]:
+    """A Redis round trip: under a connection permit, counted as time the request waited."""
 
     @functools.wraps(method)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+    async def wrapper(store: RedisStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with waiting():
-            return await method(*args, **kwargs)
+            async with store.permit(method.__name__):
+                return await method(store, *args, **kwargs)
 
     return wrapper
 
 
-def _dumps(value: JSONObject) -> bytes:
+def dump_value(value: JSONObject) -> bytes:
+    """A stored value's bytes (both stores keep JSON, never pickles)."""
     return orjson.dumps(value)
 
 
-def _loads(raw: bytes | str | None) -> JSONObject | None:
+def load_value(raw: bytes | str | None) -> JSONObject | None:
     if raw is None:
         return None
     value = orjson.loads(raw)
@@ -140,7 +148,15 @@ class RedisStore:
     """The store on Redis: one node, a Cluster or a Sentinel'd primary (``server/store/connect``).
 
     One client, owned by the app's lifespan. Nothing here assumes one node: every command touches
-    one key, or keys that share a hash tag (``server/store/keys.py``), so each lands on one slot.
+    one key, or keys that share a hash tag (``server/store/keys.py``), so each lands on one slot
+    (``save_settled``'s pipeline is not a transaction, so its keys may sit on different slots).
+
+    Every call holds one of ``max_connections`` permits while it runs. redis-py's asyncio pools
+    (node, cluster node, Sentinel) do not wait for a free connection: the 65th concurrent
+    command fails at once with ``MaxConnectionsError``. That, not a slow Redis, was what marked
+    0.1-0.2 % of answers ``degraded`` in a 40 s soak at 64 clients (``benchmarks/soak.py``; all
+    failures were ``save_trace: MaxConnectionsError``). A permit is waited for, for at most the
+    store's timeout, so a burst queues briefly instead of failing.
     """
 
     def __init__(
@@ -154,11 +170,30 @@ class RedisStore:
     ) -> None:
         self.keys = keys or Keys()
         self.lifetimes = lifetimes or Lifetimes()
+        self._timeout_s = timeout_s
+        self._permits = asyncio.Semaphore(max_connections)
         self._connection = connect(url, timeout_s=timeout_s, max_connections=max_connections)
         self._redis = self._connection.client
         # "redis", "redis-cluster" or "redis-sentinel": what /ready and the start-up line say.
         self.kind = "redis" if self._connection.kind == "node" else f"redis-{self._connection.kind}"
         self._trust_script = self._redis.register_script(TRUST_SCRIPT)
+
+    @property
+    def client(self) -> RedisClient:
+        """The one Redis client (the fair-use counters share it, ``server/store/limits.py``)."""
+        return self._redis
+
+    @asynccontextmanager
+    async def permit(self, op: str) -> AsyncIterator[None]:
+        """One connection's worth of Redis, waited for at most the store's timeout."""
+        try:
+            await asyncio.wait_for(self._permits.acquire(), self._timeout_s)
+        except TimeoutError:
+            raise StoreUnavailable(op, "every connection busy") from None
+        try:
+            yield
+        finally:
+            self._permits.release()
 
     @_waited
     async def ping(self) -> None:
@@ -174,9 +209,25 @@ class RedisStore:
     async def save_trace(self, tenant: str, rehearsal_id: str, trace: JSONObject) -> None:
         key = self.keys.trace(tenant, rehearsal_id)
         try:
-            await self._redis.set(key, _dumps(trace), ex=self.lifetimes.trace_s)
+            await self._redis.set(key, dump_value(trace), ex=self.lifetimes.trace_s)
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("save_trace", type(exc).__name__) from exc
+
+    @_waited
+    async def save_settled(
+        self, tenant: str, rehearsal_id: str, trace: JSONObject, pending: Mapping[str, JSONObject]
+    ) -> None:
+        """A rehearsal's trace and its committed calls' pending records, in one round trip."""
+        life = self.lifetimes
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tool_call_id, record in pending.items():
+                    pipe.set(self.keys.pending(tenant, tool_call_id), dump_value(record),
+                             ex=life.pending_s)  # fmt: skip
+                pipe.set(self.keys.trace(tenant, rehearsal_id), dump_value(trace), ex=life.trace_s)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("save_settled", type(exc).__name__) from exc
 
     @_waited
     async def load_trace(self, tenant: str, rehearsal_id: str) -> JSONObject | None:
@@ -184,13 +235,13 @@ class RedisStore:
             raw = await self._redis.get(self.keys.trace(tenant, rehearsal_id))
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("load_trace", type(exc).__name__) from exc
-        return _loads(raw)
+        return load_value(raw)
 
     @_waited
     async def save_pending(self, tenant: str, tool_call_id: str, record: JSONObject) -> None:
         key = self.keys.pending(tenant, tool_call_id)
         try:
-            await self._redis.set(key, _dumps(record), ex=self.lifetimes.pending_s)
+            await self._redis.set(key, dump_value(record), ex=self.lifetimes.pending_s)
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("save_pending", type(exc).__name__) from exc
 
@@ -201,7 +252,7 @@ class RedisStore:
             raw = await self._redis.getdel(self.keys.pending(tenant, tool_call_id))
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("take_pending", type(exc).__name__) from exc
-        return _loads(raw)
+        return load_value(raw)
 
     @_waited
     async def append_memory(self, tenant: str, session: str, entries: list[JSONObject]) -> None:
@@ -210,7 +261,7 @@ class RedisStore:
         key = self.keys.memory(tenant, session)
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.lpush(key, *[_dumps(entry) for entry in entries])
+                pipe.lpush(key, *[dump_value(entry) for entry in entries])
                 pipe.ltrim(key, 0, self.lifetimes.memory_max_entries - 1)
                 pipe.expire(key, self.lifetimes.memory_s)
                 await pipe.execute()
@@ -223,7 +274,7 @@ class RedisStore:
             raws = await self._redis.lrange(self.keys.memory(tenant, session), 0, limit - 1)
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("recent_memory", type(exc).__name__) from exc
-        return [entry for raw in raws if (entry := _loads(raw)) is not None]
+        return [entry for raw in raws if (entry := load_value(raw)) is not None]
 
     @_waited
     async def save_grounding(
@@ -235,7 +286,7 @@ class RedisStore:
         ttl = self.lifetimes.grounding_s
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.set(key, _dumps(observation), ex=ttl)
+                pipe.set(key, dump_value(observation), ex=ttl)
                 pipe.lrem(recent, 0, hashed)
                 pipe.lpush(recent, hashed)
                 pipe.ltrim(recent, 0, self.lifetimes.grounding_max_per_tool - 1)
@@ -258,7 +309,7 @@ class RedisStore:
             raws = await self._redis.mget([self.keys.grounding(tenant, tool, h) for h in wanted])
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("grounding", type(exc).__name__) from exc
-        found = [entry for raw in raws if (entry := _loads(raw)) is not None]
+        found = [entry for raw in raws if (entry := load_value(raw)) is not None]
         return found[:limit]
 
     @_waited
@@ -282,107 +333,3 @@ class RedisStore:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-class InProcessStore:
-    """The embedded default: the same behaviour in one process's memory, with TTLs honoured."""
-
-    kind = "in-process"
-
-    def __init__(self, *, lifetimes: Lifetimes | None = None, max_keys: int = 100_000) -> None:
-        self.lifetimes = lifetimes or Lifetimes()
-        self._keys = Keys()
-        self._max_keys = max_keys
-        self._data: OrderedDict[str, tuple[float, Any]] = OrderedDict()
-
-    def _get(self, key: str) -> Any:
-        item = self._data.get(key)
-        if item is None:
-            return None
-        expires_at, value = item
-        if expires_at <= time.monotonic():
-            del self._data[key]
-            return None
-        return value
-
-    def _set(self, key: str, value: Any, ttl_s: int) -> None:
-        self._data[key] = (time.monotonic() + ttl_s, value)
-        self._data.move_to_end(key)
-        while len(self._data) > self._max_keys:  # bounded memory: oldest writes go first
-            self._data.popitem(last=False)
-
-    async def ping(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        self._data.clear()
-
-    async def save_trace(self, tenant: str, rehearsal_id: str, trace: JSONObject) -> None:
-        self._set(self._keys.trace(tenant, rehearsal_id), _dumps(trace), self.lifetimes.trace_s)
-
-    async def load_trace(self, tenant: str, rehearsal_id: str) -> JSONObject | None:
-        return _loads(self._get(self._keys.trace(tenant, rehearsal_id)))
-
-    async def save_pending(self, tenant: str, tool_call_id: str, record: JSONObject) -> None:
-        self._set(
-            self._keys.pending(tenant, tool_call_id), _dumps(record), self.lifetimes.pending_s
-        )
-
-    async def take_pending(self, tenant: str, tool_call_id: str) -> JSONObject | None:
-        key = self._keys.pending(tenant, tool_call_id)
-        value = self._get(key)
-        self._data.pop(key, None)
-        return _loads(value)
-
-    async def append_memory(self, tenant: str, session: str, entries: list[JSONObject]) -> None:
-        if not entries:
-            return
-        key = self._keys.memory(tenant, session)
-        current: list[bytes] = self._get(key) or []
-        fresh = [_dumps(entry) for entry in reversed(entries)] + current
-        self._set(key, fresh[: self.lifetimes.memory_max_entries], self.lifetimes.memory_s)
-
-    async def recent_memory(self, tenant: str, session: str, limit: int) -> list[JSONObject]:
-        raws: list[bytes] = self._get(self._keys.memory(tenant, session)) or []
-        return [entry for raw in raws[:limit] if (entry := _loads(raw)) is not None]
-
-    async def save_grounding(
-        self, tenant: str, tool: str, canonical_args: str, observation: JSONObject
-    ) -> None:
-        hashed = args_hash(canonical_args)
-        ttl = self.lifetimes.grounding_s
-        self._set(self._keys.grounding(tenant, tool, hashed), _dumps(observation), ttl)
-        recent_key = self._keys.grounding_recent(tenant, tool)
-        recent: list[str] = [h for h in (self._get(recent_key) or []) if h != hashed]
-        self._set(recent_key, [hashed, *recent][: self.lifetimes.grounding_max_per_tool], ttl)
-
-    async def grounding(
-        self, tenant: str, tool: str, canonical_args: str, limit: int
-    ) -> list[JSONObject]:
-        exact = args_hash(canonical_args)
-        recent: list[str] = self._get(self._keys.grounding_recent(tenant, tool)) or []
-        ordered = [exact] + [h for h in recent if h != exact]
-        found = [
-            entry
-            for h in ordered
-            if (entry := _loads(self._get(self._keys.grounding(tenant, tool, h)))) is not None
-        ]
-        return found[:limit]
-
-    async def record_trust(self, tenant: str, tool: str, cell: str) -> None:
-        key = self._keys.trust(tenant)
-        life = self.lifetimes
-        table: dict[str, dict[str, int]] = self._get(key) or {}
-        names = ["*"]
-        if tool in table or len([t for t in table if t != "*"]) < life.trust_max_tools:
-            names.insert(0, tool)
-        for name in names:
-            row = table.setdefault(name, {})
-            row[cell] = row.get(cell, 0) + 1
-            if sum(row.values()) > life.trust_window:
-                table[name] = {c: n // 2 for c, n in row.items()}
-        self._set(key, table, life.trust_s)
-
-    async def trust_table(self, tenant: str) -> dict[str, dict[str, int]]:
-        table: dict[str, dict[str, int]] = self._get(self._keys.trust(tenant)) or {}
-        return {tool: dict(row) for tool, row in table.items()}

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from server.errors import StoreUnavailable
 from server.settings import GatewaySettings
-from server.store.backends import InProcessStore, RedisStore, RehearsalStore
+from server.store.backends import RedisStore, RehearsalStore
+from server.store.inprocess import InProcessStore
 from server.store.keys import Keys, Lifetimes
 from server.telemetry.readiness import CheckResult
 
@@ -39,7 +40,11 @@ def open_store(settings: GatewaySettings) -> RehearsalStore:
     """Redis when a URL is configured, else the embedded in-process store (said in the log)."""
     if settings.redis_url is None:
         log.warning(IN_PROCESS_NOTE)
-        return InProcessStore(lifetimes=lifetimes(settings))
+        return InProcessStore(
+            lifetimes=lifetimes(settings),
+            max_keys=settings.inprocess_max_keys,
+            max_bytes=settings.inprocess_max_bytes,
+        )
     return RedisStore(
         settings.redis_url.get_secret_value(),
         keys=Keys(prefix=settings.redis_prefix),

@@ -55,7 +55,12 @@ ENGINE_ERROR_KINDS = ("connect", "timeout", "status_5xx", "status_4xx", "protoco
 STORE_OPS = (  # the operations of server/store/backends.py
     "ping", "save_trace", "load_trace", "save_pending", "take_pending", "append_memory",
     "recent_memory", "save_grounding", "grounding", "record_trust", "trust_table",
+    "save_settled", "limits",
 )  # fmt: skip
+# ---- background store writes and fair-use limits (issue 14; server/store/writer.py, limits.py)
+STORE_WRITE_OPS = ("settle", "feedback")
+STORE_WRITE_OUTCOMES = ("written", "failed", "dropped", "cut")
+LIMIT_KINDS = ("rate", "concurrency", "engine_calls", "budget_depth")
 OUTCOMES = ("ok", "error")  # imagined or real outcome of one committed call
 TRUST_POLICIES = ("trusted", "learning", "ignore_vetoes", "off")
 COMMIT_PATHS = (
@@ -124,6 +129,7 @@ class GatewayMetrics:
         )
         self._rehearsal_families(reg)
         self._reliability_families(reg)
+        self._fair_use_families(reg)
         self.in_flight = Gauge(
             PREFIX + "in_flight_requests",
             "Chat requests being served now.",
@@ -233,6 +239,26 @@ class GatewayMetrics:
             PREFIX + "store_errors", "Store (Redis) failures by operation.", ("op",), registry=reg
         )
 
+    def _fair_use_families(self, reg: CollectorRegistry) -> None:
+        """Background store writes and fair-use limits (issue 14; docs/limits.md)."""
+        self.store_writes = Counter(
+            PREFIX + "store_writes",
+            "Background store writes by kind and outcome (written, failed, dropped, cut).",
+            ("op", "outcome"),
+            registry=reg,
+        )
+        self.rate_limited = Counter(
+            PREFIX + "rate_limited",
+            "Requests refused (429) by a per-key limit, by limit.",
+            ("limit",),
+            registry=reg,
+        )
+        self.limits_failed_open = Counter(
+            PREFIX + "limits_failed_open",
+            "Limit checks skipped because the store was unavailable (the request was let through).",
+            registry=reg,
+        )
+
     def start_series(self, engines: Iterable[str]) -> None:
         """Export the series of every label value known in advance, at zero."""
         for engine in engines:
@@ -255,6 +281,11 @@ class GatewayMetrics:
                 self.commits.labels(path, check)
         for mode in REHEARSED_MODES:
             self.early_exits.labels(mode)
+        for op in STORE_WRITE_OPS:
+            for outcome in STORE_WRITE_OUTCOMES:
+                self.store_writes.labels(op, outcome)
+        for limit in LIMIT_KINDS:
+            self.rate_limited.labels(limit)
 
     # ---- requests
 
@@ -325,6 +356,15 @@ class GatewayMetrics:
 
     def store_error(self, op: str) -> None:
         self.store_errors.labels(op).inc()
+
+    def store_write(self, op: str, outcome: str) -> None:
+        self.store_writes.labels(op, outcome).inc()
+
+    def limited(self, limit: str) -> None:
+        self.rate_limited.labels(limit).inc()
+
+    def limit_failed_open(self) -> None:
+        self.limits_failed_open.inc()
 
     def observe_overhead(self, mode: str, seconds: float) -> None:
         self.overhead_seconds.labels(mode).observe(max(seconds, 0.0))

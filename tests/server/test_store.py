@@ -9,7 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from server.errors import StoreUnavailable
-from server.store.backends import InProcessStore, RedisStore, RehearsalStore
+from server.store.backends import RedisStore, RehearsalStore
+from server.store.inprocess import InProcessStore
 from server.store.keys import Keys, Lifetimes
 from tests.support.procs import free_port
 
