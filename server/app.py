@@ -29,6 +29,7 @@ from server.engines.pool import EnginePool, EnginesReady
 from server.http.accounting import RequestAccounting
 from server.http.auth import ApiKeyMiddleware, ApiKeyRing
 from server.http.handlers import add_error_handlers
+from server.http.limits import FairUseMiddleware
 from server.http.openapi import install as install_openapi
 from server.http.relayed_routes import router as relayed_router
 from server.http.responses_routes import router as responses_router
@@ -44,6 +45,7 @@ from server.rehearse.defaults import (
 from server.rehearse.feedback import Feedback
 from server.rehearse.service import RehearsalService
 from server.settings import GatewaySettings
+from server.store.fair_use import FairUse
 from server.store.opening import StoreReady, open_store
 from server.store.writer import StoreWriter
 from server.telemetry.metrics import GatewayMetrics
@@ -84,6 +86,7 @@ def create_app(
     app.include_router(responses_router)
     app.include_router(relayed_router)
     add_error_handlers(app)
+    app.add_middleware(FairUseMiddleware)  # inside ApiKeyMiddleware: the tenant is known
     app.add_middleware(ApiKeyMiddleware, keyring=keyring)
     app.add_middleware(RequestAccounting, metrics=metrics)
     return app
@@ -117,6 +120,7 @@ async def open_state(
     engines = EngineClient(http, metrics, settings.health_timeout, Waits.of(settings))
     calls = EngineCalls(pool, engines, max_attempts=settings.max_attempts)
     store = open_store(settings)
+    fair_use = FairUse.from_settings(settings, store, metrics)
     writer = StoreWriter(
         metrics,
         max_pending=settings.store_writes_max_pending,
@@ -134,6 +138,7 @@ async def open_state(
         trust=trust_settings(settings),
         rehearse_priority=rehearse_priority(settings),
         commit_timeout=settings.commit_timeout,
+        fair_use=fair_use if fair_use.enabled else None,
     )
     feedback = Feedback(store, metrics, writer)
     chat = ChatService(pool, calls, rehearsal=rehearsal, feedback=feedback)
@@ -142,6 +147,7 @@ async def open_state(
     state = GatewayState(
         settings, metrics, keyring, http, pool, engines, chat, store, rehearsal, responses,
         checks=[draining, EnginesReady(pool), StoreReady(store)],
+        fair_use=fair_use if fair_use.enabled else None,
     )  # fmt: skip
     discovery = EngineDiscovery(
         pool,

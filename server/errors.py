@@ -10,6 +10,7 @@
     ├── NotFound                404  not_found_error
     │   └── ModelNotFound       404  invalid_request_error / model_not_found
     ├── MethodNotAllowed        405  invalid_request_error
+    ├── RateLimited             429  requests / rate_limit_exceeded   (with Retry-After)
     ├── StoreUnavailable        503  service_unavailable / store_unavailable
     │                           (raised at the store boundary; rehearsal degrades instead)
     └── EngineError                  (raised at the engine boundary, from httpx errors)
@@ -28,6 +29,7 @@ body of an error response and the payload of the SSE error event sent when a str
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +106,22 @@ class EngineRejected(EngineError):
         self.type = type_
 
 
+class RateLimited(GatewayError):
+    """A per-key fair-use limit refused the request (``server/store/fair_use.py``).
+
+    ``limit`` names which (``rate``, ``concurrency``, ``engine_calls``); ``retry_after_s`` is
+    when a retry would pass, sent as the ``Retry-After`` header (whole seconds, at least 1).
+    """
+
+    def __init__(self, message: str, *, limit: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(max(1, math.ceil(self.retry_after_s)))}
+
+
 class StoreUnavailable(GatewayError):
     """The store (Redis) could not be reached or answered too slowly; ``op`` names the call.
 
@@ -172,6 +190,7 @@ ERROR_TABLE: dict[type[GatewayError], ErrorKind] = {
     NotFound: ErrorKind(404, "not_found_error", "not_found"),
     ModelNotFound: ErrorKind(404, "invalid_request_error", "model_not_found"),
     MethodNotAllowed: ErrorKind(405, "invalid_request_error", "method_not_allowed"),
+    RateLimited: ErrorKind(429, "requests", "rate_limit_exceeded"),  # OpenAI's own type and code
     StoreUnavailable: ErrorKind(503, "service_unavailable", "store_unavailable"),
     EngineError: ErrorKind(502, "upstream_error", "engine_error"),
     EngineUnavailable: ErrorKind(503, "service_unavailable", "engine_unavailable"),

@@ -87,6 +87,18 @@ def _split_list(value: Any, sep: str | None) -> Any:
     return [item for item in stripped.split(sep) if item.strip()]
 
 
+class TenantLimits(BaseModel):
+    """One key's fair-use limits (docs/limits.md): ``None`` keeps the gateway-wide value; 0: off."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rps: float | None = Field(default=None, ge=0)
+    burst: int | None = Field(default=None, ge=0)
+    concurrency: int | None = Field(default=None, ge=0)
+    engine_calls_per_min: int | None = Field(default=None, ge=0)
+    max_cost: int | None = Field(default=None, ge=0)
+
+
 class GatewaySettings(BaseSettings):
     """The gateway's configuration (env prefix ``RGW_``)."""
 
@@ -195,6 +207,20 @@ class GatewaySettings(BaseSettings):
     inprocess_max_keys: int = Field(default=100_000, ge=1)
     inprocess_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
 
+    # ---- Fair use per API key (tenant): server/store/fair_use.py, docs/limits.md. 0 = off (the
+    # default for each, so nothing changes until an operator sets one).
+    limit_rps: float = Field(default=0, ge=0)  # requests per second (token bucket)
+    limit_burst: int = Field(default=0, ge=0)  # the bucket's size; 0: max(1, 2 x rps)
+    limit_concurrency: int = Field(default=0, ge=0)  # requests in flight at once
+    limit_engine_calls_per_min: int = Field(default=0, ge=0)  # rehearsal engine calls
+    limit_max_cost: int = Field(default=0, ge=0)  # budget x depth of one rehearsal (a 400 over it)
+    # An in-flight lease outlives any request (deadline cap, stream): a dead replica's expire.
+    limit_lease_s: float = Field(default=900.0, gt=0)
+    # After the store fails a limit check, limits are skipped (fail open) for this long.
+    limit_fail_open_s: float = Field(default=5.0, ge=0)
+    # Per-tenant overrides, JSON: {"t_<24 hex>": {"rps": 5, "concurrency": 2}, "default": {...}}.
+    limit_overrides: Annotated[dict[str, TenantLimits], NoDecode] = Field(default_factory=dict)
+
     # Prometheus multiprocess directory, required when workers > 1.
     metrics_dir: str | None = None
 
@@ -270,6 +296,11 @@ class GatewaySettings(BaseSettings):
             pairs = (item.partition("=") for item in stripped.split(",") if item.strip())
             return {tool.strip(): policy.strip() for tool, _, policy in pairs}
         return value
+
+    @field_validator("limit_overrides", mode="before")
+    @classmethod
+    def _overrides(cls, value: Any) -> Any:
+        return orjson.loads(value) if isinstance(value, str) and value.strip() else value or {}
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -119,6 +119,7 @@ class ResponsesService:
         if chat is None or chat.budget is None:
             return await self._relay(call)
         budget = chat.budget
+        await self.rehearsal.admit(chat.tenant, budget)
         learned: list[dict[str, Any]] = []
         if self.feedback is not None:
             learned = await self.feedback.collect(chat.tenant, chat.body["messages"])

@@ -21,6 +21,7 @@ from server.errors import (
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
+    RateLimited,
     error_status_and_body,
     internal_error_body,
 )
@@ -49,7 +50,7 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     if isinstance(exc, BodyTimeout):  # the rest of the body may still come: not on this socket
         return _error_response(exc, headers={"connection": "close"})
-    return _error_response(exc)
+    return _error_response(exc, exc.headers() if isinstance(exc, RateLimited) else None)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -20,6 +20,7 @@ from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY, ApiKeyRing
 from server.rehearse.service import RehearsalService
 from server.settings import GatewaySettings
 from server.store.backends import RehearsalStore
+from server.store.fair_use import FairUse
 from server.telemetry.metrics import GatewayMetrics
 from server.telemetry.readiness import ReadinessCheck
 
@@ -46,6 +47,7 @@ class GatewayState:
     rehearsal: RehearsalService
     responses: ResponsesService
     checks: list[ReadinessCheck] = field(default_factory=list)
+    fair_use: FairUse | None = None  # None: no limit configured (server/http/limits.py)
 
 
 def gateway_of(request: Request) -> GatewayState:

@@ -44,6 +44,7 @@ from server.rehearse.committed import (
 from server.rehearse.engine_port import EngineGenerator
 from server.rehearse.feedback import pending_record
 from server.store.backends import RehearsalStore
+from server.store.fair_use import FairUse
 from server.store.writer import StoreWriter
 from server.telemetry.metrics import GatewayMetrics
 
@@ -227,7 +228,12 @@ class RehearsalRun:
             )  # fmt: skip
         # Beside the answer, not before it: only later requests read these (the next turn's
         # feedback, GET /v1/rehearsals/{id}), and they wait for the write (server/store/writer.py).
-        store = self.service.store
+        service, store = self.service, self.service.store
+        if service.fair_use is not None:  # this rehearsal's engine calls, against the key's limit
+            calls = sum(result.calls.values())
+            service.writer.submit(
+                "charge", functools.partial(service.fair_use.charge, tenant, calls)
+            )
         marks = [("trace", tenant, self.rehearsal_id)]
         marks += [("pending", tenant, call_id) for call_id in pending]
         self.service.writer.submit(
@@ -269,10 +275,12 @@ class RehearsalService:
         trust: TrustSettings | None = None,
         rehearse_priority: int | None = None,
         commit_timeout: float = 60.0,
+        fair_use: FairUse | None = None,
     ) -> None:
         self.calls = calls
         self.rehearse_priority = rehearse_priority
         self.commit_timeout = commit_timeout
+        self.fair_use = fair_use
         self.store = store
         self.metrics = metrics
         self.writer = writer
@@ -313,6 +321,11 @@ class RehearsalService:
             raise NotFound(f"no rehearsal {rehearsal_id!r} (unknown, expired, or not yours)")
         return trace
 
+    async def admit(self, tenant: str, budget: Budget) -> None:
+        """The key's fair use of rehearsal: its cost cap (400) and engine calls (429)."""
+        if self.fair_use is not None:
+            await self.fair_use.admit_rehearsal(tenant, budget.budget, budget.depth)
+
     def budget_for(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> Budget | None:
         """The call's budget when it is to be rehearsed (400 on a bad knob), else ``None``."""
         return resolve_knobs(body, headers, defaults=self.defaults, caps=self.caps)
@@ -321,6 +334,7 @@ class RehearsalService:
         self, call: ChatCall, budget: Budget, feedback: list[dict[str, Any]]
     ) -> JsonAnswer | RehearsalRun:
         """Rehearse ``call``: a whole JSON answer, or a rehearsal to run inside the response."""
+        await self.admit(call.tenant, budget)
         rehearsal = RehearsalRun(self, call, budget, feedback)
         if call.stream:
             return rehearsal

@@ -13,6 +13,9 @@ values never appear in a key: grounding is addressed by a hash of the canonical 
     {prefix}trust:{<tenant>}                      hash "{tool}:{cell}" -> count of imagined x real
                                                   outcome pairs (cells ee/eo/oe/oo; tool "*" is
                                                   the tenant pooled); halved past a window
+    {prefix}limit:{<tenant>}:rate                 token bucket hash {tokens, ts}: requests/s
+    {prefix}limit:{<tenant>}:calls                token bucket hash: rehearsal engine calls/min
+    {prefix}limit:{<tenant>}:inflight             sorted set request id -> lease end (ms)
 
 The braces are Redis **hash tags**: in a Redis Cluster only the part between the first ``{`` and
 the next ``}`` picks the slot. The rule is that a key's tag is the narrowest identity that every
@@ -85,6 +88,10 @@ class Keys:
 
     def trust(self, tenant: str) -> str:
         return f"{self.prefix}trust:{tag(tenant)}"
+
+    def limit(self, tenant: str, kind: str) -> str:
+        """A fair-use counter of ``tenant`` (``rate``, ``calls`` or ``inflight``)."""
+        return f"{self.prefix}limit:{tag(tenant)}:{kind}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key this prefix owns (per node, for an operator)."""

@@ -58,7 +58,7 @@ STORE_OPS = (  # the operations of server/store/backends.py
     "save_settled", "limits",
 )  # fmt: skip
 # ---- background store writes and fair-use limits (issue 14; server/store/writer.py, limits.py)
-STORE_WRITE_OPS = ("settle", "feedback")
+STORE_WRITE_OPS = ("settle", "feedback", "charge")
 STORE_WRITE_OUTCOMES = ("written", "failed", "dropped", "cut")
 LIMIT_KINDS = ("rate", "concurrency", "engine_calls", "budget_depth")
 OUTCOMES = ("ok", "error")  # imagined or real outcome of one committed call

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import tracemalloc
 import uuid
 from collections.abc import AsyncIterator
 
@@ -9,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from server.errors import StoreUnavailable
-from server.store.backends import RedisStore, RehearsalStore
+from server.store.backends import RedisStore, RehearsalStore, dump_value
 from server.store.inprocess import InProcessStore
 from server.store.keys import Keys, Lifetimes
 from tests.support.procs import free_port
@@ -126,3 +128,76 @@ async def test_unreachable_redis_raises_store_unavailable() -> None:
     with pytest.raises(StoreUnavailable):
         await store.ping()
     await store.close()
+
+
+async def test_settled_writes_a_trace_and_its_pending_records(store: RehearsalStore) -> None:
+    """One settle keeps the trace and each committed call's pending record, per tenant."""
+    await store.save_settled("t", "rh_s", {"id": "rh_s"}, {"call_1": {"n": 1}, "call_2": {"n": 2}})
+    assert await store.load_trace("t", "rh_s") == {"id": "rh_s"}
+    assert await store.take_pending("t", "call_2") == {"n": 2}
+    assert await store.take_pending("other", "call_1") is None
+
+
+async def test_more_concurrent_commands_than_connections_wait_instead_of_failing() -> None:
+    """64 commands on a 4-connection store all succeed: they queue for a permit (no
+    MaxConnectionsError, which is what marked answers degraded under load)."""
+    keys = Keys(prefix=f"rgwtest-{uuid.uuid4().hex[:8]}:")
+    store = RedisStore(REDIS_URL, keys=keys, max_connections=4, timeout_s=2.0)
+    try:
+        await asyncio.gather(*(store.save_trace("t", f"rh_{i}", {"i": i}) for i in range(64)))
+        loaded = await asyncio.gather(*(store.load_trace("t", f"rh_{i}") for i in range(64)))
+        assert loaded == [{"i": i} for i in range(64)]
+    finally:
+        raw = aioredis.Redis.from_url(REDIS_URL)
+        async for key in raw.scan_iter(match=keys.pattern()):
+            await raw.delete(key)
+        await raw.aclose()
+        await store.close()
+
+
+async def test_a_command_waiting_past_the_timeout_for_a_permit_is_store_unavailable() -> None:
+    """All permits held: the next command waits the store's timeout, then fails as the store."""
+    store = RedisStore(REDIS_URL, max_connections=1, timeout_s=0.1)
+    try:
+        async with store.permit("held"):
+            with pytest.raises(StoreUnavailable) as caught:
+                await store.load_trace("t", "rh")
+        assert caught.value.op == "load_trace"
+        assert "busy" in caught.value.message
+    finally:
+        await store.close()
+
+
+def test_in_process_store_is_bounded_by_bytes_as_measured() -> None:
+    """Past max_bytes the oldest keys go, and the memory really held stays near the bound."""
+    bound = 4 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        store = InProcessStore(max_bytes=bound)
+        trace = {"trace": ["x" * 100 for _ in range(40)], "id": "rh"}  # ~4.5 kB serialized
+        for i in range(5_000):  # ~22 MB written in all
+            store._set(f"rgw:trace:{{t:rh_{i}}}", dump_value({**trace, "i": i}), 3600)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert store.bytes <= bound
+    assert 500 < len(store) < 5_000  # some kept, the oldest dropped
+    assert held < 1.25 * bound, held  # the estimate does not undercount what is really held
+    assert held > 0.5 * bound, held  # nor overcount it wildly (the bound means what it says)
+    assert store._get("rgw:trace:{t:rh_4999}") is not None
+    assert store._get("rgw:trace:{t:rh_0}") is None
+
+
+async def test_in_process_store_counts_bytes_of_every_kind_and_frees_them() -> None:
+    """Lists, trust tables and taken records are counted in and out of the byte total."""
+    store = InProcessStore()
+    await store.append_memory("t", "s", [{"a": 1}, {"b": 2}])
+    await store.save_grounding("t", "tool", "{}", {"r": 1})
+    await store.record_trust("t", "tool", "oo")
+    await store.save_pending("t", "call", {"x": "y" * 1000})
+    with_pending = store.bytes
+    assert await store.take_pending("t", "call") is not None
+    assert with_pending - store.bytes > 1000
+    await store.close()
+    assert store.bytes == 0

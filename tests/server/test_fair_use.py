@@ -1,0 +1,206 @@
+"""Fair use per key: token buckets and leases on real Redis and in process, 429s end to end,
+and limits that fail open when Redis is stopped or slowed."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+import redis
+
+from server.http.auth import key_digest, tenant_of
+from server.store.backends import RedisStore
+from server.store.limits import InProcessLimitCounters, LimitCounters, RedisLimitCounters
+from tests.server.conftest import TWIN_MODEL
+from tests.support.procs import free_port
+from tests.support.redis_servers import start_redis
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+KEY_A, KEY_B = "sk-fair-a-0123456789", "sk-fair-b-0123456789"
+ORDER_ID = {"type": "object", "properties": {"order_id": {"type": "string"}}}
+TOOLS = [{"type": "function", "function": {"name": "get_order", "parameters": ORDER_ID}}]
+
+
+@pytest.fixture(params=["redis", "in-process"])
+async def counters(request: pytest.FixtureRequest) -> AsyncIterator[LimitCounters]:
+    if request.param == "in-process":
+        yield InProcessLimitCounters()
+        return
+    store = RedisStore(REDIS_URL)
+    yield RedisLimitCounters(store)
+    await store.close()
+
+
+async def test_bucket_takes_its_burst_then_says_when_to_retry(counters: LimitCounters) -> None:
+    """Capacity 3 at 2/s: three takes pass, the fourth waits ~0.5 s, a debt makes it longer."""
+    key = f"rgwtest-bucket-{uuid.uuid4().hex}"
+    assert [await counters.take(key, 3, 2.0, 1) for _ in range(3)] == [0.0, 0.0, 0.0]
+    wait = await counters.take(key, 3, 2.0, 1)
+    assert 0.3 < wait <= 0.5
+    await asyncio.sleep(wait + 0.05)
+    assert await counters.take(key, 3, 2.0, 1) == 0.0
+    assert await counters.take(key, 3, 2.0, 0) > 0  # a check (cost 0) is refused alike
+    assert await counters.take(key, 3, 2.0, 4, force=True) == 0.0  # charged after the fact
+    assert await counters.take(key, 3, 2.0, 1) > 2.0  # in debt: ~4 tokens to refill
+
+
+async def test_leases_cap_in_flight_and_free_on_leave_or_expiry(counters: LimitCounters) -> None:
+    """Two leases at most; leaving frees one at once, a dead holder's frees after its lease."""
+    key = f"rgwtest-inflight-{uuid.uuid4().hex}"
+    assert await counters.enter(key, "a", 2, 60) == 0.0
+    assert await counters.enter(key, "b", 2, 0.3) == 0.0
+    assert await counters.enter(key, "c", 2, 60) > 0
+    await counters.leave(key, "a")
+    assert await counters.enter(key, "c", 2, 60) == 0.0
+    assert 0 < await counters.enter(key, "d", 2, 60) <= 0.3
+    await asyncio.sleep(0.35)  # "b" never left (its replica died): its lease ran out
+    assert await counters.enter(key, "d", 2, 60) == 0.0
+    await counters.leave(key, "nobody")  # leaving twice or unknown ids is harmless
+
+
+def _env(store: str, **limits: Any) -> dict[str, str]:
+    env = {f"RGW_LIMIT_{name.upper()}": str(value) for name, value in limits.items()}
+    env["RGW_API_KEYS"] = f"{KEY_A},{KEY_B}"
+    if store == "redis":
+        env["RGW_REDIS_URL"] = REDIS_URL
+        env["RGW_REDIS_PREFIX"] = f"rgwtest-{uuid.uuid4().hex[:8]}:"
+    return env
+
+
+def _chat(url: str, key: str, **extra: Any) -> httpx.Response:
+    body = {"model": TWIN_MODEL, "messages": [{"role": "user", "content": "Where is W1001?"}],
+            "max_tokens": 16, **extra}  # fmt: skip
+    headers = {"Authorization": f"Bearer {key}"}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=30)
+
+
+def _limited(url: str, limit: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith(f'rehearsal_gateway_rate_limited_total{{limit="{limit}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.mark.parametrize("store", ["redis", "in-process"])
+def test_rate_limit_is_a_429_envelope_with_retry_after_and_overrides_hold(
+    start_twin, start_gateway, store: str
+) -> None:
+    """Key B gets its burst of 2, then 429s; key A's override lets it through; the SDK sees a
+    RateLimitError."""
+    twin = start_twin("--seed", "1")
+    overrides = {tenant_of(key_digest(KEY_A)): {"rps": 100, "burst": 100}}
+    env = _env(store, rps=0.5, burst=2)
+    env["RGW_LIMIT_OVERRIDES"] = orjson.dumps(overrides).decode()
+    gateway = start_gateway(twin.url + "/v1", env=env)
+    statuses = [_chat(gateway.url, KEY_B).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    refused = _chat(gateway.url, KEY_B)
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["retry-after"]) <= 2
+    error = refused.json()["error"]
+    assert (error["type"], error["code"]) == ("requests", "rate_limit_exceeded")
+    assert "0.5 requests/s" in error["message"]
+    assert [_chat(gateway.url, KEY_A).status_code for _ in range(6)] == [200] * 6
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=KEY_B, max_retries=0)
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(
+            model=TWIN_MODEL, messages=[{"role": "user", "content": "x"}]
+        )
+    assert _limited(gateway.url, "rate") >= 3
+    assert httpx.get(f"{gateway.url}/health", timeout=5).status_code == 200  # probes unlimited
+
+
+def test_concurrency_limit_refuses_beyond_n_in_flight_and_frees_leases(
+    start_twin, start_gateway
+) -> None:
+    """Concurrency 2 and 8 slow requests at once: 2..n pass, the rest 429; afterwards the key
+    holds no lease."""
+    twin = start_twin("--seed", "1", "--latency", "h100")
+    env = _env("redis", concurrency=2)
+    gateway = start_gateway(twin.url + "/v1", env=env)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(_chat, gateway.url, KEY_B, max_tokens=200) for _ in range(8)]
+        statuses = sorted(f.result().status_code for f in futures)
+    assert statuses.count(200) >= 2
+    assert statuses.count(429) >= 1
+    assert set(statuses) == {200, 429}
+    key = f"{env['RGW_REDIS_PREFIX']}limit:{{{tenant_of(key_digest(KEY_B))}}}:inflight"
+    with redis.Redis.from_url(REDIS_URL) as raw:
+        assert raw.zcard(key) == 0
+        assert raw.ttl(key) in (-2, *range(1, 901))  # gone, or expiring
+    assert _chat(gateway.url, KEY_B).status_code == 200
+
+
+def test_rehearsal_engine_calls_and_cost_caps(start_twin, start_gateway) -> None:
+    """3 engine calls a minute: rehearsals are admitted until they have spent them, then 429
+    while pass-through still answers; budget x depth over the key's cap is a 400 naming it."""
+    twin = start_twin("--seed", "1", "--world", "retail")
+    env = _env("redis", engine_calls_per_min=3, max_cost=4)
+    gateway = start_gateway(twin.url + "/v1", env=env)
+    knobs = {"tools": TOOLS, "temperature": 0.7}
+    deep = {"mode": "sequential", "budget": 4, "depth": 2}
+    over = _chat(gateway.url, KEY_B, **knobs, rehearsal=deep)
+    assert over.status_code == 400
+    assert over.json()["error"]["param"] == "rehearsal.budget"
+    spent, answers = 0, []
+    for _ in range(8):  # each costs >= 1 call; its charge runs beside the answer
+        answer = _chat(gateway.url, KEY_B, **knobs, rehearsal={"mode": "parallel", "budget": 4})
+        answers.append(answer)
+        if answer.status_code != 200:
+            break
+        spent += answer.json()["rehearsal"]["engine_calls"]
+    refused = answers[-1]
+    assert refused.status_code == 429, [a.status_code for a in answers]
+    assert spent >= 2  # refused only once the bucket (3, ~0.05/s refill) was spent
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert "3 engine calls/min" in refused.json()["error"]["message"]
+    assert int(refused.headers["retry-after"]) >= 1
+    assert _chat(gateway.url, KEY_B, **knobs).status_code == 200  # pass-through is not rehearsal
+    other = _chat(gateway.url, KEY_A, **knobs, rehearsal={"mode": "parallel", "budget": 2})
+    assert other.status_code == 200  # another key has its own bucket
+    assert _limited(gateway.url, "engine_calls") == 1
+    assert _limited(gateway.url, "budget_depth") == 1
+
+
+@pytest.mark.parametrize("fault", ["stopped", "slowed"])
+def test_limits_fail_open_when_redis_is_stopped_or_slowed(
+    start_twin, start_gateway, tmp_path: Path, fault: str
+) -> None:
+    """Redis killed or SIGSTOPped: every request is still answered (no 500, no hang), the limit
+    is skipped and counted; Redis back: the limit holds again."""
+    proc = start_redis(tmp_path / "redis", free_port())
+    twin = start_twin("--seed", "1")
+    env = _env("redis", rps=0.2, burst=1, fail_open_s=0.5)
+    env["RGW_REDIS_URL"] = f"redis://127.0.0.1:{proc.port}/0"
+    gateway = start_gateway(twin.url + "/v1", env=env)
+    try:
+        assert [_chat(gateway.url, KEY_B).status_code for _ in range(2)] == [200, 429]
+        if fault == "stopped":
+            proc.kill()
+        else:
+            proc.popen.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        statuses = [_chat(gateway.url, KEY_B).status_code for _ in range(6)]
+        assert statuses == [200] * 6
+        assert time.monotonic() - started < 10  # bounded: 0.25 s per check at most, then skipped
+        text = httpx.get(f"{gateway.url}/metrics", timeout=5).text
+        assert "rehearsal_gateway_limits_failed_open_total 0.0" not in text
+    finally:
+        if fault == "slowed":
+            proc.popen.send_signal(signal.SIGCONT)
+    if fault == "slowed":
+        time.sleep(0.6)  # past the fail-open window
+        statuses = [_chat(gateway.url, KEY_B).status_code for _ in range(3)]
+        assert 429 in statuses
+    proc.stop()
