@@ -46,13 +46,15 @@ demo: install
 ## rehearsal costs and buys, whether its decisions help or harm across imagination fidelity,
 ## gateway CPU per request, then the sizing table for 10/100/1,000 engines from vllm-router's
 ## CPU per call and Redis bytes and commands per turn, rerun here (docs/benchmarks.md,
-## docs/deploy.md).
+## docs/deploy.md); last, the soak: 64 clients for SOAK_SECONDS (10 minutes by default).
+SOAK_SECONDS ?= 600
 bench: install
 	$(PY) -m benchmarks.overhead
 	$(PY) -m benchmarks.rehearsal
 	$(PY) -m benchmarks.decisions
 	$(PY) -m benchmarks.gateway_cpu
 	$(PY) -m benchmarks.sizing --measure
+	$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS)
 
 ## Rehearsal on the real vLLM CPU engine (tiny model): K=4/K=1, vLLM's own prefix-cache
 ## counters, plain-request latency under rehearsal load with and without priorities (~3 min).

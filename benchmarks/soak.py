@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +62,7 @@ class Tally:
     rehearsed: int = 0
     streamed: int = 0
     feedback_sent: int = 0
+    feedback_ours: int = 0  # tool results answering a call the gateway committed (``call_`` ids)
     statuses: Counter[int] = field(default_factory=Counter)
     lost_kinds: Counter[str] = field(default_factory=Counter)
     degraded_reasons: Counter[str] = field(default_factory=Counter)
@@ -141,6 +143,7 @@ class Agent:
         tally.streamed += stream
         if self.messages[-1]["role"] == "tool":
             tally.feedback_sent += 1
+            tally.feedback_ours += self.messages[-1]["tool_call_id"].startswith("call_")
         body = _body(self.messages, rehearse, stream, self.rng.randrange(1 << 30))
         started = time.perf_counter()
         try:
@@ -276,6 +279,11 @@ def report(tally: Tally, args: argparse.Namespace, metrics: str) -> str:
         if samples
         else "gateway RSS: no samples",
     ]
+    matched = sum(metric_total(metrics, "rehearsal_gateway_real_tool_call_seconds_count").values())
+    lines.append(
+        f"feedback: {tally.feedback_ours} tool results answered a call the gateway committed, "
+        f"{matched:.0f} matched their pending record"
+    )
     for name in (
         "rehearsal_gateway_store_errors_total",
         "rehearsal_gateway_degraded_total",
@@ -285,6 +293,19 @@ def report(tally: Tally, args: argparse.Namespace, metrics: str) -> str:
         series = {k: v for k, v in metric_total(metrics, name).items() if v}
         lines.append(f"{name}: {series or 0}")
     return "\n".join(lines)
+
+
+def settled_metrics(url: str, patience_s: float = 30.0) -> tuple[str, float]:
+    """The gateway's metrics once its background writes stop moving (and how long that took)."""
+    started = time.monotonic()
+    last = None
+    while True:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        written = metric_total(text, "rehearsal_gateway_store_writes_total")
+        if written == last or time.monotonic() - started > patience_s:
+            return text, time.monotonic() - started
+        last = written
+        time.sleep(0.5)
 
 
 def start_stack(args: argparse.Namespace, workdir: Path) -> tuple[RedisProc, Proc, Proc]:
@@ -317,7 +338,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, help="per request, seconds")
     parser.add_argument("--client-keepalive-s", type=float, default=15.0)
     parser.add_argument("--sample-s", type=float, default=10.0, help="RSS sampling period")
-    parser.add_argument("--latency", default="h100", help="the twin's latency profile")
+    parser.add_argument("--latency", default="zero", help="the twin's latency profile")
     parser.add_argument("--latency-scale", type=float, default=0.2)
     parser.add_argument("--workdir", default=None)
     return parser.parse_args(argv)
@@ -330,9 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         redis_proc, twin, gateway = start_stack(args, workdir)
         try:
             tally = asyncio.run(soak(args, gateway))
-            import httpx
-
-            metrics = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+            metrics, settled_s = settled_metrics(gateway.url)
+            print(f"background writes settled {settled_s:.1f} s after the last answer")
         finally:
             gateway.stop()
             twin.stop()

@@ -165,7 +165,7 @@ class RedisStore:
         *,
         keys: Keys | None = None,
         lifetimes: Lifetimes | None = None,
-        timeout_s: float = 0.25,
+        timeout_s: float = 1.0,
         max_connections: int = 64,
     ) -> None:
         self.keys = keys or Keys()
