@@ -202,7 +202,7 @@ class GatewaySettings(BaseSettings):
     # server/store/writer.py, server/store/inprocess.py).
     # Writes held at most (beyond: dropped and counted), and how many talk to Redis at once.
     store_writes_max_pending: int = Field(default=10_000, ge=1)
-    store_writes_concurrency: int = Field(default=16, ge=1)
+    store_writes_concurrency: int = Field(default=32, ge=1)
     # How long a reader waits for a held write it must see (a pending record, a trace).
     store_settle_wait_s: float = Field(default=1.0, ge=0)
     # At shutdown, how long held writes may still run before they are cut.

@@ -142,13 +142,16 @@ class Feedback:
         writes: list[asyncio.Task[None]] = []
         for call_id, content in answered:
             # The turn that committed this call may still be writing its record (beside its
-            # answer); a client that answers within milliseconds must still find it.
-            await self.writer.settled(("pending", tenant, call_id))
-            try:
-                record = await self.store.take_pending(tenant, call_id)
-            except StoreUnavailable as exc:
-                self.metrics.store_error(exc.op)
-                continue
+            # answer): taken from the writer when this process holds it, else waited for.
+            mark = ("pending", tenant, call_id)
+            record = self.writer.take_held(mark)
+            if record is None:
+                await self.writer.settled(mark)
+                try:
+                    record = await self.store.take_pending(tenant, call_id)
+                except StoreUnavailable as exc:
+                    self.metrics.store_error(exc.op)
+                    continue
             if record is None:  # not ours, expired, already recorded, or another tenant's
                 continue
             summary, write = self._record(tenant, call_id, record, content)

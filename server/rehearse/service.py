@@ -236,11 +236,13 @@ class RehearsalRun:
             )
         marks = [("trace", tenant, self.rehearsal_id)]
         marks += [("pending", tenant, call_id) for call_id in pending]
-        self.service.writer.submit(
+        task = service.writer.submit(
             "settle",
             functools.partial(store.save_settled, tenant, self.rehearsal_id, trace, pending),
             marks=marks,
         )
+        for call_id in pending:  # this process's next turn may take it before it is written
+            service.writer.hold(("pending", tenant, call_id), task, pending, call_id)
         if summary["degraded"] is None and (
             self.store_faults or "store_error" in str(result.faults)
         ):

@@ -26,6 +26,7 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable
+from typing import Any
 
 from server.errors import StoreUnavailable
 from server.telemetry.metrics import GatewayMetrics
@@ -43,7 +44,7 @@ class StoreWriter:
         metrics: GatewayMetrics,
         *,
         max_pending: int = 10_000,
-        concurrency: int = 16,
+        concurrency: int = 32,
         settle_wait_s: float = 1.0,
     ) -> None:
         self.metrics = metrics
@@ -52,6 +53,8 @@ class StoreWriter:
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: dict[asyncio.Task[None], tuple[str, tuple[Hashable, ...]]] = {}
         self._marks: dict[Hashable, asyncio.Task[None]] = {}
+        self._started: set[asyncio.Task[None]] = set()
+        self._held: dict[Hashable, tuple[asyncio.Task[None], dict[str, Any], str]] = {}
         self._closed = False
 
     @property
@@ -90,6 +93,9 @@ class StoreWriter:
         if before:
             await asyncio.wait(before, timeout=self.settle_wait_s)
         async with self._slots:
+            task = asyncio.current_task()
+            if task is not None:
+                self._started.add(task)  # from here on its held values are being written
             try:
                 await write()
             except StoreUnavailable as exc:
@@ -104,9 +110,38 @@ class StoreWriter:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         _op, held = self._tasks.pop(task, ("", ()))
+        self._started.discard(task)
         for mark in held:
             if self._marks.get(mark) is task:
                 del self._marks[mark]
+            entry = self._held.get(mark)
+            if entry is not None and entry[0] is task:
+                del self._held[mark]
+
+    def hold(self, mark: Hashable, task: asyncio.Task[None] | None, values: dict[str, Any],
+             key: str) -> None:  # fmt: skip
+        """``values[key]`` is what ``task`` (a write carrying ``mark``) will write."""
+        if task is not None and task in self._tasks:
+            self._held[mark] = (task, values, key)
+            op, marks = self._tasks[task]
+            if mark not in marks:  # so that the entry goes when the task does
+                self._tasks[task] = (op, (*marks, mark))
+
+    def take_held(self, mark: Hashable) -> Any | None:
+        """Take a held value before its write starts, so it is never written; else ``None``.
+
+        Under load the writes run seconds behind the answers (a 10-minute soak at 64 clients on
+        2 busy cores ended with a 3.9 s backlog), and a client answering its tool call sooner
+        found no pending record: half the feedback was lost. Taken here, in the process that
+        committed the call, it never waits and never reaches Redis.
+        """
+        entry = self._held.pop(mark, None)
+        if entry is None:
+            return None
+        task, values, key = entry
+        if task in self._started or task.done():
+            return None  # being written or written: the store has it
+        return values.pop(key, None)
 
     async def settled(self, mark: Hashable) -> None:
         """Wait (at most ``settle_wait_s``) for the latest held write carrying ``mark``."""

@@ -18,6 +18,9 @@ IMPLEMENTED = {
     "rehearsal_gateway_in_flight_requests",
     "rehearsal_gateway_engine_healthy",
     "rehearsal_gateway_engine_queue_depth",
+    "rehearsal_gateway_store_writes_total",
+    "rehearsal_gateway_rate_limited_total",
+    "rehearsal_gateway_limits_failed_open_total",
 }
 
 

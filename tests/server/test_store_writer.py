@@ -159,3 +159,27 @@ async def test_an_unexpected_error_in_a_write_is_logged_and_counted(
     assert _count(metrics, "feedback", "failed") == 1
     assert "store write feedback failed" in caplog.text
     await writer.close(grace_s=1)
+
+
+async def test_a_held_record_is_taken_before_its_write_and_never_written(
+    store: RedisStore,
+) -> None:
+    """A backlog (one slot, busy): the next turn takes the pending record from the writer at
+    once, and the settle write that runs later leaves it out; once a write started, no take."""
+    writer = StoreWriter(GatewayMetrics(), concurrency=1)
+    gate = asyncio.Event()
+    writer.submit("feedback", gate.wait)  # holds the only slot
+    pending = {"call_a": {"tool": "a"}, "call_b": {"tool": "b"}}
+    task = writer.submit("settle", partial(store.save_settled, "t", "rh", {"id": "rh"}, pending))
+    assert task is not None
+    for call_id in pending:
+        writer.hold(("pending", "t", call_id), task, pending, call_id)
+    assert writer.take_held(("pending", "t", "call_a")) == {"tool": "a"}
+    assert writer.take_held(("pending", "t", "call_a")) is None  # taken once
+    gate.set()
+    await task
+    assert writer.take_held(("pending", "t", "call_b")) is None  # written: the store has it
+    assert await store.take_pending("t", "call_a") is None
+    assert await store.take_pending("t", "call_b") == {"tool": "b"}
+    assert await store.load_trace("t", "rh") == {"id": "rh"}
+    await writer.close(grace_s=5)
