@@ -45,7 +45,9 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.overhead import MODEL, SYSTEM, TOOLS  # noqa: E402
+from benchmarks.bodies import MODEL  # noqa: E402
+from benchmarks.bodies import SMALL_SYSTEM as SYSTEM  # noqa: E402
+from benchmarks.bodies import SMALL_TOOLS as TOOLS  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.redis_servers import RedisProc, start_redis  # noqa: E402
 

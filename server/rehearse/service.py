@@ -243,6 +243,7 @@ class RehearsalRun:
         )
         for call_id in pending:  # this process's next turn may take it before it is written
             service.writer.hold(("pending", tenant, call_id), task, pending, call_id)
+        await service.writer.keep_up(task)
         if summary["degraded"] is None and (
             self.store_faults or "store_error" in str(result.faults)
         ):

@@ -183,3 +183,20 @@ async def test_a_held_record_is_taken_before_its_write_and_never_written(
     assert await store.take_pending("t", "call_b") == {"tool": "b"}
     assert await store.load_trace("t", "rh") == {"id": "rh"}
     await writer.close(grace_s=5)
+
+
+async def test_a_writer_far_behind_makes_the_submitter_wait_for_its_write() -> None:
+    """Below ``behind`` held writes keep_up returns at once; above, it waits for the write."""
+    writer = StoreWriter(GatewayMetrics(), behind=2)
+    gate = asyncio.Event()
+    first = writer.submit("settle", gate.wait)
+    started = time.monotonic()
+    await writer.keep_up(first)  # one held: no wait
+    assert time.monotonic() - started < 0.5
+    writer.submit("settle", gate.wait)
+    asyncio.get_running_loop().call_later(0.2, gate.set)
+    third = writer.submit("settle", gate.wait)
+    await writer.keep_up(third)  # three held: waits until the gate opens
+    assert third is not None
+    assert third.done()
+    await writer.close(grace_s=5)
