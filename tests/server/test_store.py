@@ -15,6 +15,7 @@ from server.store.backends import RedisStore, RehearsalStore, dump_value
 from server.store.inprocess import InProcessStore
 from server.store.keys import Keys, Lifetimes
 from tests.support.procs import free_port
+from tests.support.redis_servers import scratch_store
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -28,14 +29,8 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[RehearsalStore]
     if request.param == "in-process":
         yield InProcessStore(lifetimes=lifetimes)
         return
-    keys = Keys(prefix=f"rgwtest-{uuid.uuid4().hex[:8]}:")
-    redis_store = RedisStore(REDIS_URL, keys=keys, lifetimes=lifetimes)
-    yield redis_store
-    raw = aioredis.Redis.from_url(REDIS_URL)
-    async for key in raw.scan_iter(match=keys.pattern()):
-        await raw.delete(key)
-    await raw.aclose()
-    await redis_store.close()
+    async with scratch_store(REDIS_URL, lifetimes=lifetimes) as redis_store:
+        yield redis_store
 
 
 async def test_trace_round_trips_per_tenant(store: RehearsalStore) -> None:

@@ -5,20 +5,17 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 
 import pytest
-import redis.asyncio as aioredis
 
 from server.store.backends import RedisStore
-from server.store.keys import Keys
 from server.store.writer import StoreWriter
 from server.telemetry.metrics import GatewayMetrics
 from tests.support.procs import free_port
-from tests.support.redis_servers import start_redis
+from tests.support.redis_servers import scratch_store, start_redis
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -32,14 +29,8 @@ def _count(metrics: GatewayMetrics, op: str, outcome: str) -> float:
 
 @pytest.fixture
 async def store() -> AsyncIterator[RedisStore]:
-    keys = Keys(prefix=f"rgwtest-{uuid.uuid4().hex[:8]}:")
-    redis_store = RedisStore(REDIS_URL, keys=keys)
-    yield redis_store
-    raw = aioredis.Redis.from_url(REDIS_URL)
-    async for key in raw.scan_iter(match=keys.pattern()):
-        await raw.delete(key)
-    await raw.aclose()
-    await redis_store.close()
+    async with scratch_store(REDIS_URL) as redis_store:
+        yield redis_store
 
 
 async def test_nothing_is_lost_on_a_healthy_redis_and_close_drains(store: RedisStore) -> None:

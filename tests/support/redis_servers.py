@@ -13,12 +13,16 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+import redis.asyncio as aioredis
 
+from server.store.backends import RedisStore
+from server.store.keys import Keys, Lifetimes
 from tests.support.procs import free_port
 
 
@@ -242,3 +246,23 @@ def _wait_sentinels_see_replica(pair: SentinelPair) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError("the Sentinels never learned of the replica and of each other")
+
+
+SHARED_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@contextlib.asynccontextmanager
+async def scratch_store(
+    url: str = SHARED_REDIS_URL, *, lifetimes: Lifetimes | None = None
+) -> AsyncIterator[RedisStore]:
+    """A ``RedisStore`` under a prefix of its own on a running Redis; its keys go afterwards."""
+    keys = Keys(prefix=f"rgwtest-{uuid.uuid4().hex[:8]}:")
+    store = RedisStore(url, keys=keys, **({"lifetimes": lifetimes} if lifetimes else {}))
+    try:
+        yield store
+    finally:
+        raw = aioredis.Redis.from_url(url)
+        async for key in raw.scan_iter(match=keys.pattern()):
+            await raw.delete(key)
+        await raw.aclose()
+        await store.close()
