@@ -35,19 +35,20 @@ def _error(exc: TwinError) -> JSONResponse:
 async def _stream(
     engine: TwinEngine, request: ChatRequest, generation: Generation, completion_id: str, model: str
 ) -> AsyncIterator[bytes]:
-    writer = ChunkWriter(completion_id, model, engine.fingerprint)
-    streams = [ChoiceStream.of(choice) for choice in generation.choices]
+    writer = ChunkWriter(completion_id, model, engine.fingerprint, generation.logprobs_top)
+    logprobs = generation.logprobs_top is not None
+    streams = [ChoiceStream.of(choice, logprobs=logprobs) for choice in generation.choices]
+    usage = request.stream_options is not None and bool(request.stream_options.include_usage)
     async for tokens in engine.run(generation):
         budget = max(tokens, 1)
         for stream in streams:
-            for delta in stream.take(budget if tokens else 0):
-                yield writer.delta(stream.choice.index, delta)
+            for piece in stream.take(budget if tokens else 0):
+                if event := writer.piece(stream.choice, piece, usage=usage):
+                    yield event
     for stream in streams:  # whatever the decode clock left (the end-of-turn token's share)
-        for delta in stream.take(1 << 30):
-            yield writer.delta(stream.choice.index, delta)
-    usage = request.stream_options is not None and bool(request.stream_options.include_usage)
-    for event in writer.finals(streams, usage=usage):
-        yield event
+        for piece in stream.take(1 << 30):
+            if event := writer.piece(stream.choice, piece, usage=usage):
+                yield event
     if usage:
         yield writer.usage(generation)
     yield DONE

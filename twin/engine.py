@@ -59,6 +59,7 @@ class Generation:
     prompt_tokens: int
     cached_tokens: int
     created_cache_tokens: int = 0
+    logprobs_top: int | None = None  # alternatives per token's logprobs; None: none asked
 
     @property
     def completion_tokens(self) -> int:
@@ -150,7 +151,9 @@ class TwinEngine:
         self.metrics.prompt_tokens.inc(len(prompt_tokens))
         self.metrics.prefix_cache_queries.inc(len(prompt_tokens))
         self.metrics.prefix_cache_hits.inc(cached)
-        return Generation(role, tuple(choices), len(prompt_tokens), cached, created)
+        return Generation(
+            role, tuple(choices), len(prompt_tokens), cached, created, request.logprobs_top
+        )
 
     async def run(self, generation: Generation) -> AsyncIterator[int]:
         """Spend the modelled time; yields 0 after prefill, then each decode tick's tokens."""

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from twin.config import MAX_MODEL_LEN
+from twin.logprobs import MAX_LOGPROBS, VOCAB_SIZE
 from twin.schema import JsonObject
 
 _INT64 = 2**63  # vLLM bounds ``seed`` to a signed 64-bit integer
@@ -150,6 +151,16 @@ class ChatRequest(_Lenient):
     stream: bool = False
     stream_options: StreamOptions | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    logprobs: bool | None = False
+    top_logprobs: int | None = 0
+
+    @property
+    def logprobs_top(self) -> int | None:
+        """How many alternatives each token's logprobs list, or ``None`` when none are asked."""
+        if not self.logprobs:
+            return None
+        top = self.top_logprobs or 0
+        return VOCAB_SIZE if top == -1 else top
 
     @property
     def token_limit(self) -> int | None:
@@ -225,6 +236,13 @@ def _check_tools(request: ChatRequest) -> None:
             "The tool specified in `tool_choice` does not match any of the specified `tools`",
             "tool_choice",
         )
+    top = request.top_logprobs
+    if top is not None and top < 0 and top != -1:
+        message = "`top_logprobs` must be a positive value or -1."
+        raise TwinError.for_parameter(message, "top_logprobs", top)
+    if top is not None and top != 0 and not request.logprobs:
+        message = "when using `top_logprobs`, `logprobs` must be set to true."
+        raise TwinError.for_parameter(message, "top_logprobs")
     if request.stream_options is not None and not request.stream:
         raise TwinError.for_parameter(
             "Stream options can only be defined when `stream=True`.", "stream_options"
@@ -276,6 +294,14 @@ def _check_sampling(request: ChatRequest, max_model_len: int) -> None:
         )
     if request.greedy and request.n > 1:
         raise TwinError(f"n must be 1 when using greedy sampling, got {request.n}.")
+    asked = request.logprobs_top
+    if asked is not None and asked > MAX_LOGPROBS:
+        raise TwinError.for_parameter(
+            f"Requested sample logprobs of {asked}, which is greater than max allowed: "
+            f"{MAX_LOGPROBS}",
+            "logprobs",
+            asked,
+        )
 
 
 def parse_request(body: Any, max_model_len: int = MAX_MODEL_LEN) -> ChatRequest:

@@ -4,21 +4,25 @@ Field order and presence follow vLLM's OpenAI server (checked against a real one
 tests/contract): ``reasoning`` beside ``content`` in the message and ``tool_calls`` only when
 there are some, ``prompt_tokens_details`` and ``completion_tokens_details.reasoning_tokens`` in
 usage, tool calls streamed as one header delta (id, type, index, function name) and then argument
-fragments, each with ``"content": null``, a final delta carrying the finish reason (and the
-``system_fingerprint`` when no usage chunk follows), an optional usage chunk with empty choices
-(then carrying the fingerprint), then ``data: [DONE]``.
+fragments, each with ``"content": null``, the finish reason on the chunk of the last generated
+token (a ``{}`` delta after the end-of-turn token; the last text delta when ``max_tokens`` or a
+stop string cut the turn), with the ``system_fingerprint`` when no usage chunk follows, an
+optional usage chunk with empty choices (then carrying the fingerprint), then ``data: [DONE]``.
+With ``logprobs`` asked, every chunk but the first carries its tokens' logprobs
+(``twin/logprobs.py``), and tokens nothing shows get ``{}`` chunks of their own, as in vLLM.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from twin.engine import Generation
+from twin.logprobs import entries as logprob_entries
 from twin.schema import JsonObject
 from twin.tokens import split_pieces
 from twin.turn import ChoiceOutput
@@ -78,7 +82,9 @@ def completion_body(
             {
                 "index": choice.index,
                 "message": _message(choice),
-                "logprobs": None,
+                "logprobs": None
+                if generation.logprobs_top is None
+                else choice_logprobs(choice, generation.logprobs_top),
                 "finish_reason": choice.finish_reason,
                 "stop_reason": choice.stop_reason,
                 "token_ids": None,
@@ -99,45 +105,136 @@ def completion_body(
 
 
 @dataclass
+class Piece:
+    """One streamed delta of a choice: what it shows and the generated tokens it stands for.
+
+    ``first``/``last`` index ``ChoiceOutput.tokens`` (the delta's logprobs); ``cost`` is what
+    the decode clock must have produced before it is sent. A piece that shows nothing (``{}``)
+    stands for tokens the parsers swallow — the thinking tags, a tool call's JSON framing, the
+    end-of-turn token: vLLM sends such a chunk only when it has logprobs to carry or a finish.
+    """
+
+    delta: JsonObject
+    cost: int
+    first: int = 0
+    last: int = 0
+    finish: bool = False
+
+
+def _visible(choice: ChoiceOutput) -> list[tuple[JsonObject, str | None]]:
+    """The deltas that show something, each with its text (``None`` for tool-call deltas)."""
+    out: list[tuple[JsonObject, str | None]] = []
+    for piece in split_pieces(choice.reasoning or "", PIECE_TOKENS):
+        out.append(({"reasoning": piece}, piece))
+    for piece in split_pieces(choice.content or "", PIECE_TOKENS):
+        out.append(({"content": piece}, piece))
+    for i, call in enumerate(choice.tool_calls):
+        function = {"name": call.name}
+        header = {"id": call.id, "type": "function", "index": i, "function": function}
+        out.append(({"content": None, "tool_calls": [header]}, None))
+        for piece in split_pieces(call.arguments, PIECE_TOKENS):
+            fragment = {"index": i, "function": {"arguments": piece}}
+            out.append(({"content": None, "tool_calls": [fragment]}, None))
+    return out
+
+
+@dataclass
 class ChoiceStream:
-    """The deltas one choice still has to send, each with the tokens it costs."""
+    """The pieces one choice still has to send, in order; the last one carries the finish.
+
+    Each shown delta is matched to the generated tokens that spell its text; tool-call deltas
+    share the tokens of the tool-call blocks. vLLM puts the finish reason on the chunk of the
+    last generated token: a separate ``{}`` chunk when that is the end-of-turn token (or another
+    token nothing shows), the last content chunk when ``max_tokens`` or a stop string cut the
+    turn in the middle of its text.
+    """
 
     choice: ChoiceOutput
-    deltas: list[tuple[JsonObject, int]] = field(default_factory=list)
+    pieces: list[Piece] = field(default_factory=list)
 
     @classmethod
-    def of(cls, choice: ChoiceOutput) -> ChoiceStream:
-        deltas: list[tuple[JsonObject, int]] = [({"role": "assistant", "content": ""}, 0)]
-        for piece in split_pieces(choice.reasoning or "", PIECE_TOKENS):
-            deltas.append(({"reasoning": piece}, PIECE_TOKENS))
-        for piece in split_pieces(choice.content or "", PIECE_TOKENS):
-            deltas.append(({"content": piece}, PIECE_TOKENS))
-        for i, call in enumerate(choice.tool_calls):
-            function = {"name": call.name}
-            header = {"id": call.id, "type": "function", "index": i, "function": function}
-            deltas.append(({"content": None, "tool_calls": [header]}, PIECE_TOKENS))
-            for piece in split_pieces(call.arguments, PIECE_TOKENS):
-                fragment = {"index": i, "function": {"arguments": piece}}
-                deltas.append(({"content": None, "tool_calls": [fragment]}, PIECE_TOKENS))
-        return cls(choice, deltas)
+    def of(cls, choice: ChoiceOutput, *, logprobs: bool = False) -> ChoiceStream:
+        text = choice.generated_text
+        starts: list[int] = []
+        at = 0
+        for token in choice.tokens[: len(choice.tokens) - choice.ended]:
+            starts.append(at)
+            at += len(token)
+        pieces = [Piece({"role": "assistant", "content": ""}, 0)]
+        taken = 0  # tokens matched so far
+        pending = 0  # swallowed tokens not yet sent (without logprobs they ride on the next cost)
 
-    def take(self, budget: int) -> list[JsonObject]:
-        """Deltas whose cost fits in ``budget`` tokens (at least one, while any remain)."""
-        out: list[JsonObject] = []
-        while self.deltas and (not out or self.deltas[0][1] <= budget):
-            delta, cost = self.deltas.pop(0)
-            budget -= cost
-            out.append(delta)
+        def upto(end: int) -> int:
+            nonlocal taken
+            first = taken
+            while taken < len(starts) and starts[taken] < end:
+                taken += 1
+            return taken - first
+
+        cursor = 0
+        visible = _visible(choice)
+        calls = [delta for delta, shown in visible if shown is None]
+        for delta, shown in visible:
+            if shown is None:
+                continue
+            found = text.find(shown, cursor)
+            found = cursor if found < 0 else found
+            gap = upto(found)
+            if gap and logprobs:
+                pieces.append(Piece({}, gap, taken - gap, taken))
+            elif gap:
+                pending += gap
+            own = upto(found + len(shown))
+            pieces.append(Piece(delta, own + pending, taken - own, taken))
+            pending = 0
+            cursor = found + len(shown)
+        if calls:
+            gap = upto(text.find("<tool_call>", cursor))
+            if gap and logprobs:
+                pieces.append(Piece({}, gap, taken - gap, taken))
+            elif gap:
+                pending += gap
+            region = len(starts) - taken
+            for i, delta in enumerate(calls):
+                share = region * (i + 1) // len(calls) - region * i // len(calls)
+                pieces.append(Piece(delta, share + pending, taken, taken + share))
+                taken += share
+                pending = 0
+        rest = len(choice.tokens) - taken
+        if rest or len(pieces) == 1:
+            pieces.append(Piece({}, rest + pending, taken, len(choice.tokens)))
+        pieces[-1].finish = True
+        return cls(choice, pieces)
+
+    def take(self, budget: int) -> list[Piece]:
+        """Pieces whose cost fits in ``budget`` tokens (at least one, while any remain)."""
+        out: list[Piece] = []
+        while self.pieces and (not out or self.pieces[0].cost <= budget):
+            piece = self.pieces.pop(0)
+            budget -= piece.cost
+            out.append(piece)
         return out
+
+
+def choice_logprobs(
+    choice: ChoiceOutput, top: int, first: int = 0, last: int | None = None
+) -> JsonObject:
+    """``{"content": [...]}``: the logprobs of ``choice.tokens[first:last]``."""
+    key = hashlib.sha256(choice.generated_text.encode()).hexdigest()
+    tokens = choice.tokens[first:last]
+    return {"content": logprob_entries(tokens, top, key=key, start=first)}
 
 
 class ChunkWriter:
     """Frames chat.completion.chunk events for one streamed completion."""
 
-    def __init__(self, completion_id: str, model: str, fingerprint: str) -> None:
+    def __init__(
+        self, completion_id: str, model: str, fingerprint: str, logprobs_top: int | None = None
+    ) -> None:
         self.completion_id = completion_id
         self.model = model
         self.fingerprint = fingerprint
+        self.logprobs_top = logprobs_top
         self.created = int(time.time())
 
     def event(self, choices: list[JsonObject], extra: JsonObject | None = None) -> bytes:
@@ -152,34 +249,23 @@ class ChunkWriter:
             body.update(extra)
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
-    def delta(self, index: int, delta: JsonObject) -> bytes:
-        choice: JsonObject = {"index": index, "delta": delta, "logprobs": None}
-        choice["finish_reason"] = None
-        if "role" in delta:  # vLLM's opening chunk: no token ids yet, prompt fields instead
-            return self.event([choice], {"prompt_token_ids": None, "prompt_text": None})
-        choice["token_ids"] = None
-        return self.event([choice])
-
-    def final(self, choice: ChoiceOutput, *, fingerprint: bool = False) -> bytes:
-        """The finish chunk; vLLM puts ``system_fingerprint`` on it unless a usage chunk follows."""
-        extra = {"system_fingerprint": self.fingerprint} if fingerprint else None
-        return self.event(
-            [
-                {
-                    "index": choice.index,
-                    "delta": {},
-                    "logprobs": None,
-                    "finish_reason": choice.finish_reason,
-                    "stop_reason": choice.stop_reason,
-                    "token_ids": None,
-                }
-            ],
-            extra,
-        )
-
-    def finals(self, streams: list[ChoiceStream], *, usage: bool = False) -> Iterator[bytes]:
-        for stream in streams:
-            yield self.final(stream.choice, fingerprint=not usage)
+    def piece(self, choice: ChoiceOutput, piece: Piece, *, usage: bool = False) -> bytes:
+        """One piece's chunk; the finishing one also names the reason, and carries vLLM's
+        ``system_fingerprint`` unless a usage chunk follows."""
+        logprobs = None
+        if self.logprobs_top is not None and piece.last > piece.first:
+            logprobs = choice_logprobs(choice, self.logprobs_top, piece.first, piece.last)
+        if not piece.finish and "role" not in piece.delta and not piece.delta and logprobs is None:
+            return b""  # a swallowed token with nothing to carry: vLLM sends no chunk
+        out: JsonObject = {"index": choice.index, "delta": piece.delta, "logprobs": logprobs}
+        out["finish_reason"] = choice.finish_reason if piece.finish else None
+        if "role" in piece.delta:  # vLLM's opening chunk: no token ids yet, prompt fields instead
+            return self.event([out], {"prompt_token_ids": None, "prompt_text": None})
+        if piece.finish:
+            out["stop_reason"] = choice.stop_reason
+        out["token_ids"] = None
+        extra = {"system_fingerprint": self.fingerprint} if piece.finish and not usage else None
+        return self.event([out], extra)
 
     def usage(self, generation: Generation) -> bytes:
         body = {"usage": usage(generation, streamed=True), "system_fingerprint": self.fingerprint}

@@ -80,7 +80,11 @@ def completion_as_chat(body: Any) -> JsonObject:
     """A legacy completions body as the chat body the twin plays it with."""
     if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
         raise TwinError("`prompt` must be a string", param="prompt")
-    chat = {k: v for k, v in body.items() if k not in ("prompt", "echo", "suffix", "best_of")}
+    chat = {
+        k: v
+        for k, v in body.items()
+        if k not in ("prompt", "echo", "suffix", "best_of", "logprobs")
+    }
     chat["messages"] = [{"role": "user", "content": body["prompt"]}]
     chat["max_tokens"] = body.get("max_tokens", 16)  # the completions API's default
     chat["chat_template_kwargs"] = {"enable_thinking": False}
@@ -227,6 +231,7 @@ def responses_as_chat(body: Any) -> JsonObject:
         "truncation",
         "metadata",
         "tool_choice",
+        "top_logprobs",  # the twin's responses carry no logprobs ("logprobs": [] per part)
     )
     chat = {k: v for k, v in body.items() if k not in skip}
     chat["messages"] = messages

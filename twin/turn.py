@@ -13,7 +13,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from twin.tokens import count_tokens, tokens_through, truncate_tokens
+from twin.logprobs import END_OF_TURN
+from twin.tokens import count_tokens, tokenize, tokens_through, truncate_tokens
 from twin.worlds.base import Call
 
 _TOOL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -51,6 +52,19 @@ class ChoiceOutput:
     completion_tokens: int
     reasoning_tokens: int = 0
     stop_reason: str | None = None  # the stop string that ended it, as vLLM reports
+    # Every token generated, in order: the end-of-turn token last when the turn ended on it, and
+    # past a stop string the tokens that spelled it (vLLM scores them all in ``logprobs``).
+    tokens: tuple[str, ...] = ()
+
+    @property
+    def generated_text(self) -> str:
+        """The generated tokens' text, the end-of-turn token left out."""
+        return "".join(self.tokens[:-1] if self.ended else self.tokens)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the end-of-turn token was generated (not cut by max_tokens or a stop)."""
+        return bool(self.tokens) and self.tokens[-1] == END_OF_TURN
 
 
 def tool_call_id(rng: random.Random) -> str:
@@ -122,7 +136,8 @@ def finish(
     body = draft.content + render_calls(draft.calls)
     raw = f"<think>\n{draft.reasoning}{_THINK_END}{body}" if thinking else body
     finish_reason = "tool_calls" if draft.calls else "stop"
-    generated = count_tokens(raw) + 1  # the end-of-turn token
+    spelled = (*tokenize(raw), END_OF_TURN)  # what would come out, the end-of-turn token last
+    generated = len(spelled)
     stop_reason: str | None = None
     hit = _first_stop(raw, stop)
     if hit is not None:
@@ -153,4 +168,5 @@ def finish(
         completion_tokens=generated,
         reasoning_tokens=reasoning_tokens,
         stop_reason=stop_reason,
+        tokens=spelled[:generated],
     )
