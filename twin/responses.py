@@ -85,7 +85,7 @@ def completion_body(
                 "logprobs": None
                 if generation.logprobs_top is None
                 else choice_logprobs(choice, generation.logprobs_top),
-                "finish_reason": choice.finish_reason,
+                "finish_reason": choice.answer_finish_reason,
                 "stop_reason": choice.stop_reason,
                 "token_ids": None,
                 "routed_experts": None,
@@ -258,7 +258,7 @@ class ChunkWriter:
         if not piece.finish and "role" not in piece.delta and not piece.delta and logprobs is None:
             return b""  # a swallowed token with nothing to carry: vLLM sends no chunk
         out: JsonObject = {"index": choice.index, "delta": piece.delta, "logprobs": logprobs}
-        out["finish_reason"] = choice.finish_reason if piece.finish else None
+        out["finish_reason"] = choice.stream_finish_reason if piece.finish else None
         if "role" in piece.delta:  # vLLM's opening chunk: no token ids yet, prompt fields instead
             return self.event([out], {"prompt_token_ids": None, "prompt_text": None})
         if piece.finish:

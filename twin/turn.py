@@ -62,6 +62,22 @@ class ChoiceOutput:
         return "".join(self.tokens[:-1] if self.ended else self.tokens)
 
     @property
+    def answer_finish_reason(self) -> str:
+        """The reason a whole answer gives: vLLM says ``tool_calls`` whenever its parser found
+        calls, even in a turn ``max_tokens`` cut after them."""
+        return "tool_calls" if self.tool_calls else self.finish_reason
+
+    @property
+    def stream_finish_reason(self) -> str:
+        """The reason a stream ends with: vLLM keeps ``length`` once calls were streamed, and
+        says ``tool_calls`` for a turn that stopped after them (stop string included)."""
+        return (
+            "tool_calls"
+            if self.tool_calls and self.finish_reason != "length"
+            else (self.finish_reason)
+        )
+
+    @property
     def ended(self) -> bool:
         """Whether the end-of-turn token was generated (not cut by max_tokens or a stop)."""
         return bool(self.tokens) and self.tokens[-1] == END_OF_TURN

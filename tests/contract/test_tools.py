@@ -190,3 +190,24 @@ def test_tool_result_turn_accepted(engine: Engine, client: OpenAI) -> None:
     assert choice.finish_reason in {"stop", "length", "tool_calls"}
     assert completion.usage is not None
     assert completion.usage.prompt_tokens > 0
+
+
+def test_call_cut_before_its_end_token(engine: Engine, http: httpx.Client) -> None:
+    """``max_tokens`` that leaves out only the end-of-turn token: the whole answer still has the
+    call and says ``tool_calls`` (vLLM reports calls its parser found), the stream says
+    ``length`` (vLLM keeps the engine's reason once calls were streamed)."""
+    body = _tool_request(engine, seed=3)
+    full = http.post("/v1/chat/completions", json=body).json()
+    assert full["choices"][0]["finish_reason"] == "tool_calls"
+    cut = {**body, "max_tokens": full["usage"]["completion_tokens"] - 1}
+    whole = http.post("/v1/chat/completions", json=cut).json()
+    choice = whole["choices"][0]
+    assert whole["usage"]["completion_tokens"] == cut["max_tokens"]
+    assert choice["message"]["tool_calls"] == [
+        {**c, "id": choice["message"]["tool_calls"][0]["id"]}
+        for c in full["choices"][0]["message"]["tool_calls"]
+    ]
+    assert choice["finish_reason"] == "tool_calls"
+    chunks = stream_chunks(http, cut)
+    assert finish_reasons(chunks) == {0: ["length"]}
+    assert any(c["delta"].get("tool_calls") for k in chunks for c in k["choices"])
