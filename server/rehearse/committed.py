@@ -114,7 +114,8 @@ class ChunkWriter:
     only the usage chunk has empty ``choices``, and it comes last. So the ``rehearsal`` summary
     rides on the usage chunk when the client asked for usage, else on the chunk that carries the
     finish reason (``closing``); ``system_fingerprint`` goes on that same terminal chunk, as vLLM
-    puts it. A committed turn's ``logprobs`` ride on its first generated delta.
+    puts it. A committed turn's ``logprobs`` ride on its first generated delta (on the finish
+    chunk when nothing shows), so the chunks' entries together are the engine's whole list.
     """
 
     def __init__(self, completion_id: str, model: str, created: int | None = None) -> None:
@@ -178,7 +179,8 @@ class ChunkWriter:
                 yield self.chunk(delta, logprobs=logprobs)
                 logprobs = None
         stop_reason = turn.engine_fields.get("stop_reason")
-        final = self.chunk({}, finish_reason(turn), **(closing or {}))
+        # A turn that shows nothing (a thought cut at its first token) still scored its tokens.
+        final = self.chunk({}, finish_reason(turn), logprobs=logprobs, **(closing or {}))
         final["choices"][0]["stop_reason"] = stop_reason
         yield final
 

@@ -93,6 +93,22 @@ def test_rehearsed_answer_carries_the_committed_turns_logprobs(stack: Stack) -> 
     assert chunks[0]["choices"][0]["logprobs"] is None  # the role chunk, as vLLM sends it
 
 
+def test_a_turn_that_shows_nothing_still_streams_its_logprobs(stack: Stack) -> None:
+    """Cut at its first token (``<think>``), the committed turn shows no text, yet its one
+    scored token reaches the client streamed as it does whole."""
+    body = _body(stack, max_tokens=1, logprobs=True)
+    answer = httpx.post(f"{stack.gateway.url}/v1/chat/completions", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    whole = answer.json()["choices"][0]
+    assert whole["finish_reason"] == "length"
+    assert [e["token"] for e in whole["logprobs"]["content"]] == ["<think>"]
+    chunks = _sse(stack, body)
+    streamed = [
+        e for k in chunks for c in k["choices"] for e in (c["logprobs"] or {}).get("content", [])
+    ]
+    assert streamed == whole["logprobs"]["content"]
+
+
 def test_rehearsed_answer_without_logprobs_has_none(stack: Stack) -> None:
     """Not asked, none: ``logprobs`` is null whole and on every chunk."""
     answer = httpx.post(f"{stack.gateway.url}/v1/chat/completions", json=_body(stack), timeout=60)
