@@ -6,6 +6,7 @@ classify them, still commit one well-formed turn, and never answer 500.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -58,3 +59,46 @@ def test_random_text_is_committed_as_an_answer(vllm_gateway: Proc) -> None:
         reasoning = (choice.message.model_extra or {}).get("reasoning")
         assert choice.message.tool_calls or choice.message.content or reasoning
         assert (completion.model_extra or {})["rehearsal"]["mode"] == mode
+
+
+def _streamed(vllm_gateway: Proc, body: dict[str, Any]) -> list[dict[str, Any]]:
+    chunks = []
+    url = f"{vllm_gateway.url}/v1/chat/completions"
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=240) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line.removeprefix("data: ")))
+    return chunks
+
+
+def test_committed_logprobs_and_length_come_from_vllm(vllm_gateway: Proc) -> None:
+    """A rehearsed answer carries vLLM's logprobs of the committed turn (whole and streamed),
+    and a committed turn vLLM cut by ``max_tokens`` says ``length`` (whole and streamed)."""
+    body: dict[str, Any] = {
+        "model": SERVED_MODEL_NAME, "messages": USER_ASKS, "tools": [WEATHER_TOOL], "seed": 3,
+        "max_tokens": 64, "logprobs": True, "top_logprobs": 1,
+        "rehearsal": {"mode": "parallel", "budget": 2}, **forced_tool_call_extra(),
+    }  # fmt: skip
+    url = f"{vllm_gateway.url}/v1/chat/completions"
+    whole = httpx.post(url, json=body, timeout=240).json()
+    choice = whole["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    entries = choice["logprobs"]["content"]
+    spelled = "".join(e["token"] for e in entries)
+    assert "get_weather" in spelled
+    assert entries[-1]["token"] in ("<|im_end|>", "<|endoftext|>")
+    assert all(e["top_logprobs"][0]["token"] == e["token"] for e in entries)
+    chunks = _streamed(vllm_gateway, body)
+    streamed = [
+        e for k in chunks for c in k["choices"] for e in (c["logprobs"] or {}).get("content", [])
+    ]
+    assert "get_weather" in "".join(e["token"] for e in streamed)
+
+    cut = {
+        k: v for k, v in body.items() if k not in ("structured_outputs", "logprobs", "top_logprobs")
+    }
+    cut["max_tokens"] = 6  # the random model's text runs on: six tokens cut it
+    assert httpx.post(url, json=cut, timeout=240).json()["choices"][0]["finish_reason"] == "length"
+    reasons = [c["finish_reason"] for k in _streamed(vllm_gateway, cut) for c in k["choices"]]
+    assert [r for r in reasons if r] == ["length"]
