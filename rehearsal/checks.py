@@ -99,9 +99,18 @@ class ToolChecker:
     def __init__(self, tools: Sequence[Mapping[str, Any]], *, reject_undeclared: bool = True):
         self._specs = _tool_specs(tools)
         self._reject_undeclared = reject_undeclared
+        # A rehearsal checks the same call more than once (its walk, then the committed turn).
+        self._verdicts: dict[tuple[str, str], CallCheck] = {}
 
     def check_call(self, call: ToolCall) -> CallCheck:
         """The verdict on one call: unknown tool, arguments not an object, or a schema error."""
+        key = (call.name, call.arguments)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = self._verdicts[key] = self._check(call)
+        return verdict
+
+    def _check(self, call: ToolCall) -> CallCheck:
         function = self._specs.get(call.name)
         if function is None:
             return CallCheck("invalid", f"tool {call.name!r} is not among the request's tools")

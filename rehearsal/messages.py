@@ -15,6 +15,7 @@ Two turns are the same action when their signatures are equal (docs/formats.md):
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,17 @@ ENGINE_CHOICE_FIELDS = ("logprobs", "stop_reason")
 def canonical_json(value: JSON) -> str:
     """The pinned canonical form: sorted keys, no spaces, UTF-8 kept as is."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=1024)
+def call_signature(name: str, arguments: str) -> str:
+    """``name + " " + canonical_json(arguments)``: one call's action signature.
+
+    The planner compares actions by signature many times per rehearsal (grouping candidates,
+    finding a trajectory, the summary): about 30 computations for a K=4 request, each a JSON
+    parse and dump. A call's text determines its signature, so it is computed once.
+    """
+    return f"{name} {canonical_json(loads_arguments(arguments))}"
 
 
 def loads_arguments(arguments: str) -> JSON:
@@ -59,7 +71,7 @@ class ToolCall:
 
     @property
     def signature(self) -> str:
-        return f"{self.name} {canonical_json(self.parsed_arguments)}"
+        return call_signature(self.name, self.arguments)
 
     def to_openai(self) -> dict[str, Any]:
         function = {"name": self.name, "arguments": self.arguments}

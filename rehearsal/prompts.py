@@ -20,6 +20,7 @@ tests/rehearsal pins the result.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -97,6 +98,21 @@ class GroundingObservation:
 
 def _dump(value: JSON) -> str:
     return json.dumps(value, ensure_ascii=True, indent=0)
+
+
+def _dump_repeated(value: JSON) -> str:
+    """``_dump`` for what every rehearsal of a session repeats: the tool list, a tool's schema.
+
+    json writes ``indent`` output with its pure-Python encoder and compact output in C: for the
+    retail world's eight tools, ~410 us against ~20 us. The compact text determines the indented
+    one, so it keys a small cache: one retail prompt took 280-390 us before, 80-125 us after.
+    """
+    return _indent_compact(json.dumps(value, ensure_ascii=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _indent_compact(compact: str) -> str:
+    return _dump(json.loads(compact))
 
 
 def few_shot_section(observations: Sequence[GroundingObservation]) -> str:
@@ -180,12 +196,12 @@ def rehearsal_user_prompt(
     """The rehearsal-role user message for ``call``, one of ``acting_turn``'s tool calls."""
     current = (
         f"{CURRENT_LABEL}\n- name: {call.name}\n"
-        f"- input schema (JSON Schema):\n{_dump(tool_schema(tools, call.name))}\n"
+        f"- input schema (JSON Schema):\n{_dump_repeated(tool_schema(tools, call.name))}\n"
         f"- arguments (JSON, parsed from caller's tool_call):\n"
         f"{_dump(loads_arguments(call.arguments))}"
     )
     sections = [
-        f"{TOOLS_LABEL}\n{_dump(list(tools))}",
+        f"{TOOLS_LABEL}\n{_dump_repeated(list(tools))}",
         few_shot_section(grounding),
         f"{HISTORY_LABEL}\n{flatten_history(history)}",
         f"{LATEST_LABEL}\n{acting_turn.raw_text()}",

@@ -12,6 +12,8 @@ from rehearsal.messages import AssistantTurn, ToolCall
 from rehearsal.prompts import (
     DEFAULT_SYSTEM_INSTRUCTION,
     GroundingObservation,
+    _dump,
+    _dump_repeated,
     few_shot_section,
     flatten_history,
     load_system_instruction,
@@ -179,3 +181,21 @@ def test_bad_system_instruction_files_raise(tmp_path: Path, content: bytes | str
         path.write_text(content, encoding="utf-8")
     with pytest.raises(PromptError):
         load_system_instruction(path)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        TOOLS,
+        [],
+        {},
+        [[], {}, [[1, 2.5e-7, -0.0]], {"a": {}}],
+        {"é": 'naïve \u2603 "quoted" \\ back', 1: True, "n": None, "big": 2**70},
+        float("nan"),
+        "plain",
+    ],
+)
+def test_repeated_dump_is_the_indented_dump(value: Any) -> None:
+    # The cached form of what every rehearsal repeats must be the trained bytes exactly.
+    assert _dump_repeated(value) == _dump(value)
+    assert _dump_repeated(value) == _dump(value)  # and again, from the cache
