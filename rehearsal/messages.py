@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from rehearsal.errors import MalformedResponse
@@ -174,8 +174,14 @@ class AssistantTurn:
         }
 
     @classmethod
-    def from_openai(cls, choice: object, index: int = 0) -> AssistantTurn:
-        """Read one OpenAI ``choices[i]``; raises MalformedResponse on a wrong shape."""
+    def from_openai(
+        cls, choice: object, index: int = 0, *, answer_fields: Mapping[str, Any] | None = None
+    ) -> AssistantTurn:
+        """Read one OpenAI ``choices[i]``; raises MalformedResponse on a wrong shape.
+
+        ``answer_fields`` are the answer's own fields to keep with the choice's (its
+        ``system_fingerprint``), so a turn is built once rather than copied to add them.
+        """
         if not isinstance(choice, Mapping) or not isinstance(choice.get("message"), Mapping):
             raise MalformedResponse(f"choice {index} has no message object")
         message = choice["message"]
@@ -193,7 +199,10 @@ class AssistantTurn:
             reasoning=reasoning if isinstance(reasoning, str) else None,
             tool_calls=calls,
             finish_reason=finish if isinstance(finish, str) else None,
-            engine_fields={k: choice[k] for k in ENGINE_CHOICE_FIELDS if choice.get(k) is not None},
+            engine_fields={
+                **{k: choice[k] for k in ENGINE_CHOICE_FIELDS if choice.get(k) is not None},
+                **(answer_fields or {}),
+            },
         )
         if not calls and turn.content and "<tool_call>" in turn.content:
             return turn._reread(index)
@@ -274,14 +283,12 @@ class GenerationResponse:
             enumerate(raw),
             key=lambda item: _choice_index(item[1], item[0]),
         )
-        choices = tuple(AssistantTurn.from_openai(c, i) for i, (_, c) in enumerate(ordered))
         answer = cast(Mapping[str, Any], body)
         fingerprint = answer.get("system_fingerprint")
-        if isinstance(fingerprint, str):
-            choices = tuple(
-                replace(c, engine_fields={**c.engine_fields, "system_fingerprint": fingerprint})
-                for c in choices
-            )
+        extra = {"system_fingerprint": fingerprint} if isinstance(fingerprint, str) else {}
+        choices = tuple(
+            AssistantTurn.from_openai(c, i, answer_fields=extra) for i, (_, c) in enumerate(ordered)
+        )
         return cls(choices, Usage.from_openai(answer.get("usage")))
 
 

@@ -38,11 +38,16 @@ def decode_chat_request(
     """Parse and validate a request body (all of it by default, or only its ``ChatRequestHead``);
     ``InvalidRequest`` names what is wrong."""
     body = decode_json_object(raw)
+    return body, check_chat_request(body, model)
+
+
+def check_chat_request(body: dict[str, Any], model: type[RequestT]) -> RequestT:
+    """``body`` validated with ``model``, then its tools' schemas; ``InvalidRequest`` if not."""
     request = validate_request(model, body)
     if (problem := tool_schema_problem(body.get("tools"))) is not None:
         param, message = problem
         raise InvalidRequest(f"{param}: {message}", param=param)
-    return body, request
+    return request
 
 
 def decode_json_object(raw: bytes) -> dict[str, Any]:
@@ -125,10 +130,16 @@ class ChatService:
         bytes relayed; a call to rehearse is checked whole, since rehearsal builds requests of
         its own from it.
         """
-        body, request = decode_chat_request(raw, ChatRequestHead)
-        budget = self.rehearsal.budget_for(body, headers or {})
-        if budget is not None:
-            request = validate_request(ChatCompletionRequest, body)
+        body = decode_json_object(raw)
+        try:
+            budget = self.rehearsal.budget_for(body, headers or {})
+        except InvalidRequest:
+            check_chat_request(body, ChatRequestHead)  # a malformed body's 400 comes first
+            raise
+        # One validation, not the head's then the whole's (~50 us saved per rehearsed request).
+        request = check_chat_request(
+            body, ChatRequestHead if budget is None else ChatCompletionRequest
+        )
         model = self.pool.resolve_model(request.model)
         payload = raw
         if model != request.model or "rehearsal" in body:

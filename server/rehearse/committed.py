@@ -25,7 +25,13 @@ ARGUMENT_PIECES = 4  # a streamed tool call's arguments arrive in about this man
 
 
 def mint_tool_call_id() -> str:
-    return TOOL_CALL_PREFIX + "".join(secrets.choice(_BASE62) for _ in range(24))
+    # One draw from the OS, not 24 (``secrets.choice`` per character reads urandom each time).
+    number = secrets.randbelow(62**24)
+    digits = []
+    for _ in range(24):
+        number, digit = divmod(number, 62)
+        digits.append(_BASE62[digit])
+    return TOOL_CALL_PREFIX + "".join(digits)
 
 
 def mint_rehearsal_id() -> str:

@@ -216,3 +216,14 @@ def _signature(name: str, arguments: str) -> str:
     import json
 
     return f"{name} {json.dumps(json.loads(arguments), sort_keys=True, separators=(',', ':'))}"
+
+
+def test_minted_tool_call_ids_are_call_and_24_base62_characters() -> None:
+    import re
+
+    from server.rehearse.committed import mint_tool_call_id
+
+    ids = [mint_tool_call_id() for _ in range(500)]
+    assert all(re.fullmatch(r"call_[0-9A-Za-z]{24}", i) for i in ids)
+    assert len(set(ids)) == len(ids)
+    assert len({c for i in ids for c in i[5:]}) == 62  # every base62 digit turns up
