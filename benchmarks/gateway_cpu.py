@@ -10,7 +10,14 @@ replicas per engine.
 ``--transports aiohttp,httpx`` runs one gateway per engine transport side by side
 (``benchmarks/transports.py``) and adds each one's ratio to the first, ``aiohttp``, which ships.
 
+``--against DIR[,DIR...]`` compares source trees (say a ``git worktree`` of the commit before a
+change): one more gateway per tree, its code imported from there, and each round sent to every
+gateway **at once**, so that all of them see the same machine. On our shared 2-core machine
+back-to-back rounds of one gateway moved by ±15%; run concurrently, the same tree twice came out
+x0.99 of itself, and a 10% cut was lower in every round.
+
     python -m benchmarks.gateway_cpu [--requests 200] [--rounds 2] [--concurrency 8]
+    python -m benchmarks.gateway_cpu --against /tmp/before --requests 150 --rounds 6
 """
 
 from __future__ import annotations
@@ -62,11 +69,25 @@ async def send(url: str, world: World, knobs: dict[str, Any] | None, count: int,
         await asyncio.gather(*(one(i) for i in range(count)))
 
 
+async def send_all(urls: list[str], world: World, knobs: dict[str, Any] | None, args: Any) -> None:
+    """One round's requests to each gateway of ``urls``, all at the same time."""
+    await asyncio.gather(
+        *(send(url, world, knobs, args.requests, args.concurrency) for url in urls)
+    )
+
+
 def start_gateway(name: str, engine: str, tmp: str) -> Proc:
-    """A gateway in front of ``engine``: the real ``serve``, or one with transport ``name``."""
+    """A gateway in front of ``engine``: the real ``serve``, one with transport ``name``, or
+    (``name`` a directory) the ``serve`` of the source tree there."""
     port = free_port()
     if name == "aiohttp":  # what ships: the real ``serve``
         argv = cli_argv("serve", "--port", str(port), "--engine", engine)
+    elif Path(name).is_dir():
+        code = (
+            f"import sys, runpy; sys.path.insert(0, {name!r}); "
+            "runpy.run_module('clients.cli', run_name='__main__')"
+        )
+        argv = [sys.executable, "-c", code, "serve", "--port", str(port), "--engine", engine]
     else:
         argv = [sys.executable, "-m", "benchmarks.transports", "serve", "--transport", name,
                 "--port", str(port), "--engine", engine]  # fmt: skip
@@ -80,8 +101,12 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--world", default="retail", choices=["airline", "retail", "bank"])
     parser.add_argument("--transports", default="aiohttp", help="comma list of aiohttp, httpx")
+    parser.add_argument("--against", default="", help="comma list of source trees to compare")
     args = parser.parse_args()
     names = args.transports.split(",")
+    together = bool(args.against)
+    if together:
+        names = ["aiohttp", *(str(Path(d).resolve()) for d in args.against.split(","))]
 
     world = load_world(args.world)
     per_request: dict[tuple[str, str], list[float]] = {(n, m): [] for n in names for m in MODES}
@@ -100,13 +125,15 @@ def main() -> int:
                     asyncio.run(send(gateway.url, world, knobs, 20, args.concurrency))
             for _ in range(args.rounds):
                 for mode, knobs in MODES.items():
-                    for name, gateway in gateways.items():
-                        before = cpu_seconds(gateway.popen.pid)
-                        asyncio.run(
-                            send(gateway.url, world, knobs, args.requests, args.concurrency)
-                        )
-                        spent = cpu_seconds(gateway.popen.pid) - before
-                        per_request[name, mode].append(spent / args.requests * 1000)
+                    batches = (
+                        [list(gateways.items())] if together else [[g] for g in gateways.items()]
+                    )
+                    for batch in batches:
+                        before = {name: cpu_seconds(g.popen.pid) for name, g in batch}
+                        asyncio.run(send_all([g.url for _, g in batch], world, knobs, args))
+                        for name, gateway in batch:
+                            spent = cpu_seconds(gateway.popen.pid) - before[name]
+                            per_request[name, mode].append(spent / args.requests * 1000)
         finally:
             for gateway in gateways.values():
                 gateway.stop()
@@ -116,7 +143,7 @@ def main() -> int:
     print(f"gateway CPU per request ({args.world} world with tools, {shape}, twin latency zero)")
     for name in names:
         if len(names) > 1:
-            print(f" transport {name}")
+            print(f" {'tree' if Path(name).is_dir() else 'transport'} {name}")
         for mode in MODES:
             values = per_request[name, mode]
             shown = ", ".join(f"{v:.2f}" for v in values)
@@ -125,6 +152,10 @@ def main() -> int:
             if name != names[0]:
                 first = statistics.median(per_request[names[0], mode])
                 against = f"  x{median / first:.2f} of {names[0]}"
+                if together:  # rounds ran at the same time: compare them pairwise
+                    pairs = zip(values, per_request[names[0], mode], strict=True)
+                    paired = statistics.median(v / f for v, f in pairs)
+                    against += f" (per round: x{paired:.2f})"
             print(f"  {mode:<14} median {median:.2f} ms{against}  (rounds: {shown})")
         ratio = statistics.median(per_request[name, "parallel K=4"]) / statistics.median(
             per_request[name, "pass-through"]
