@@ -1,4 +1,4 @@
-"""HTTP calls to one engine, through the app's single ``httpx.AsyncClient``.
+"""HTTP calls to one engine: the app's single ``httpx.AsyncClient`` and the aiohttp pool under it.
 
 ``engine_http_client`` builds that client: httpx's API over aiohttp's connection pool and
 parser (``httpx_aiohttp``), for http and https engines alike. Measured against the hand-written
@@ -7,6 +7,16 @@ it costs 1.07-1.10x that one's gateway CPU per pass-through request and 1.01-1.1
 one over two runs, inside the 15% we allowed a maintained library, where httpx's default
 transport costs 1.6-1.7x; and it closes idle sockets, reopens one the engine closed, reads
 close-delimited answers and speaks TLS, which the hand-written one did not.
+
+A whole (non-streamed) answer skips httpx's layer: ``chat`` sends on the ``aiohttp.ClientSession``
+the transport holds (same pool, limits and TLS context) and returns the engine's bytes untouched;
+aiohttp's failures are raised as httpx's by httpx_aiohttp's own ``map_aiohttp_exceptions``, so
+retries and ``translate`` read them as before. Why: httpx's Request/Response objects and URL and
+header merging were most of the call's CPU (py-spy, 3,000 pass-through requests: the call took 269
+of the gateway's 1,539 busy samples before, 100 of 1,276 after); gateway CPU per pass-through
+request went 1.20 -> 1.07 ms and per K=4 rehearsal 4.90 -> 3.77 ms (``benchmarks.gateway_cpu``),
+its ratio to vllm-router's 3.5-4.5x -> 2.3-2.8x (docs/benchmarks.md). Streams and probes keep
+httpx's API; so does every call with another transport (``benchmarks/transports.py``).
 
 This is the adapter boundary: every httpx exception and every non-2xx answer becomes an
 ``EngineError`` here (``server/errors.py`` draws the tree), and each failure is counted once in
@@ -31,12 +41,14 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import aiohttp
 import httpx
-import orjson
 from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import map_aiohttp_exceptions
 
+from server.engines.engine import JSON, call_headers, model_cards, model_ids, queue_depth
 from server.engines.faults import (
     PASSTHROUGH_ROLE,
     count_usage,
@@ -50,13 +62,13 @@ from server.engines.pool import Engine, Probe
 from server.engines.streams import CHAT_PATH, DONE_PATHS, SSE_STARTS, EngineStream, split_events
 from server.errors import EngineError, EngineFailed, EngineTimeout
 from server.settings import GatewaySettings
-from server.telemetry.logs import engine_request_id, note_engine
+from server.telemetry.logs import note_engine
 from server.telemetry.metrics import GatewayMetrics
 from server.telemetry.waits import waiting
 
 __all__ = ["CHAT_PATH", "EngineClient", "EngineStream", "Waits", "call_headers"]
 
-JSON_HEADERS = {"content-type": "application/json"}
+T = TypeVar("T")
 RESET_RETRIES = 3  # sends that may meet a reset socket before the call counts as failed
 
 
@@ -105,34 +117,6 @@ def engine_http_client(
     )
 
 
-def engine_headers(engine: Engine, role: str) -> dict[str, str]:
-    """Headers of one engine call: JSON, the request's id (derived for rehearsal calls), and the
-    ``Host`` an engine with a TLS name is addressed by.
-
-    vLLM takes ``X-Request-Id`` as its own request id (its logs, its response ``id``), so the
-    engine's log lines can be matched to the gateway's request line.
-    """
-    headers = JSON_HEADERS
-    request_id = engine_request_id(role)
-    if request_id is not None:
-        headers = {**headers, "x-request-id": request_id}
-    if engine.headers:
-        headers = {**headers, **engine.headers}
-    return headers
-
-
-def call_headers(engine: Engine, role: str, affinity: bytes) -> dict[str, str]:
-    """``engine_headers``, plus the affinity key in the form a router hashes on.
-
-    vllm-router reads ``x-session-id`` before ``x-request-id``, so the per-call request id
-    above does not scatter one rehearsal's calls (``server/engines/routers.py``).
-    """
-    headers = engine_headers(engine, role)
-    if engine.router is None:
-        return headers
-    return {**headers, **engine.router.headers(affinity)}
-
-
 def _aiohttp_protocol(response: httpx.Response) -> Any:
     """aiohttp's connection protocol under an httpx_aiohttp response (None with other transports).
 
@@ -167,10 +151,12 @@ class EngineClient:
         self._first = httpx.Timeout(
             connect=base.connect, read=self.waits.first_byte, write=base.write, pool=base.pool
         )
+        # The same bounds in aiohttp's words, as httpx_aiohttp passes them on.
+        self._aiohttp_whole = aiohttp.ClientTimeout(sock_connect=base.connect, connect=base.pool)
+        self._aiohttp: aiohttp.ClientSession | None = None
+        self._looked_up = False
 
-    async def _send(
-        self, engine: Engine, send: Callable[[], Awaitable[httpx.Response]]
-    ) -> httpx.Response:
+    async def _send(self, engine: Engine, send: Callable[[], Awaitable[T]]) -> T:
         """``send()``, again while the connection it got was reset or closed before any answer.
 
         Up to ``RESET_RETRIES`` more times: after an engine restart every pooled socket is
@@ -210,17 +196,16 @@ class EngineClient:
         started = time.perf_counter()
         headers = call_headers(engine, role, affinity)
 
-        def send() -> Awaitable[httpx.Response]:
-            return self.http.request(
-                method, engine.root_url + path, content=payload, headers=headers,
-                extensions=engine.extensions, timeout=self._whole,
-            )  # fmt: skip
+        url = engine.root_url + path
+
+        async def send() -> tuple[int, str, bytes]:
+            return await self._whole_answer(engine, method, url, payload, headers)
 
         task = engine.watch()
         try:
             with waiting():
                 async with asyncio.timeout(bound):
-                    response = await self._send(engine, send)
+                    status, kind, body = await self._send(engine, send)
         except httpx.HTTPError as exc:
             raise self._fail(engine, translate(exc, engine)) from exc
         except TimeoutError:
@@ -235,13 +220,43 @@ class EngineClient:
         self.metrics.observe_engine_call(engine.name, role, time.perf_counter() - started)
         note_engine(engine.name)
         engine.progressed()
-        if response.status_code >= 300:
-            raise self._fail(engine, from_status(response.status_code, response.content, engine))
-        if role == PASSTHROUGH_ROLE and not count_usage(self.metrics, response.content):
-            kind = response.headers.get("content-type", "application/json")
-            if kind.startswith("application/json"):
-                raise self._fail(engine, malformed(engine, "a body that is not JSON"))
-        return response.content
+        if status >= 300:
+            raise self._fail(engine, from_status(status, body, engine))
+        relayed = role == PASSTHROUGH_ROLE
+        if relayed and not count_usage(self.metrics, body) and kind.startswith(JSON):
+            raise self._fail(engine, malformed(engine, "a body that is not JSON"))
+        return body
+
+    async def _whole_answer(
+        self, engine: Engine, method: str, url: str, payload: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, str, bytes]:
+        """(status, content type, body) of one call: on aiohttp's session when there is one."""
+        session = self._session()
+        if session is None:
+            answer = await self.http.request(
+                method, url, content=payload, headers=headers, extensions=engine.extensions,
+                timeout=self._whole,
+            )  # fmt: skip
+            return answer.status_code, answer.headers.get("content-type", JSON), answer.content
+        with map_aiohttp_exceptions():
+            async with session.request(
+                method, url, data=payload, headers=headers, allow_redirects=False,
+                auto_decompress=False, compress=False, timeout=self._aiohttp_whole,
+                server_hostname=engine.extensions.get("sni_hostname"),
+            ) as response:  # fmt: skip
+                body = await response.read()
+                return response.status, response.headers.get("content-type", JSON), body
+
+    def _session(self) -> aiohttp.ClientSession | None:
+        """The aiohttp session under the httpx client (the same connection pool), if any."""
+        if not self._looked_up:
+            self._looked_up = True
+            transport = getattr(self.http, "_transport", None)
+            if isinstance(transport, AiohttpTransport):
+                if not isinstance(transport.client, aiohttp.ClientSession):
+                    transport.client = transport.get_client()  # what its first request does
+                self._aiohttp = transport.client
+        return self._aiohttp
 
     async def open_stream(
         self,
@@ -367,34 +382,3 @@ class EngineClient:
 async def _close(response: httpx.Response | None) -> None:
     if response is not None:
         await response.aclose()
-
-
-def queue_depth(exposition: str) -> float:
-    """The sum of ``vllm:num_requests_waiting`` samples in a Prometheus exposition."""
-    total = 0.0
-    for line in exposition.splitlines():
-        if line.startswith("vllm:num_requests_waiting"):
-            try:
-                total += float(line.rsplit(" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
-    return total
-
-
-def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:
-    """The entries of an OpenAI ``/v1/models`` answer that have an id (empty when not one)."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return ()
-    items = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        return ()
-    return tuple(
-        item for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)
-    )
-
-
-def model_ids(cards: tuple[dict[str, Any], ...]) -> tuple[str, ...]:
-    """The ids of ``/v1/models`` entries."""
-    return tuple(card["id"] for card in cards)

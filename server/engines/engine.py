@@ -2,7 +2,9 @@
 
 An ``Engine`` also keeps the tasks waiting for its bytes (``watch``/``unwatch``), so that when
 its probes find it hung the pool can abort them at once (``abort_calls``) and each caller can
-tell that abort from any other cancellation (``take_abort``) and move the call elsewhere.
+tell that abort from any other cancellation (``take_abort``) and move the call elsewhere. The
+headers each call to it carries (``call_headers``) and the reading of its probe answers
+(``/metrics``, ``/v1/models``, into a ``Probe``) live here too.
 """
 
 from __future__ import annotations
@@ -14,12 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
+
 from server.engines.routers import DIALECTS, RouterDialect
 from server.settings import EngineSpec, Role
+from server.telemetry.logs import engine_request_id
 
 # A router queues and sheds load across its fleet itself (vllm-router: --max-concurrent-requests,
 # --queue-size); a per-entry cap sized for one engine would throttle the whole fleet.
 ROUTER_CONCURRENCY = 1_000_000
+
+JSON = "application/json"
+# httpx's client adds ``accept-encoding: identity`` to its own calls; the direct ones say it here.
+JSON_HEADERS = {"content-type": JSON, "accept-encoding": "identity"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +143,70 @@ class Engine:
         self.failures = 0
 
 
+def engine_headers(engine: Engine, role: str) -> dict[str, str]:
+    """Headers of one engine call: JSON, the request's id (derived for rehearsal calls), and the
+    ``Host`` an engine with a TLS name is addressed by.
+
+    vLLM takes ``X-Request-Id`` as its own request id (its logs, its response ``id``), so the
+    engine's log lines can be matched to the gateway's request line.
+    """
+    headers = JSON_HEADERS
+    request_id = engine_request_id(role)
+    if request_id is not None:
+        headers = {**headers, "x-request-id": request_id}
+    if engine.headers:
+        headers = {**headers, **engine.headers}
+    return headers
+
+
+def call_headers(engine: Engine, role: str, affinity: bytes) -> dict[str, str]:
+    """``engine_headers``, plus the affinity key in the form a router hashes on.
+
+    vllm-router reads ``x-session-id`` before ``x-request-id``, so the per-call request id
+    above does not scatter one rehearsal's calls (``server/engines/routers.py``).
+    """
+    headers = engine_headers(engine, role)
+    if engine.router is None:
+        return headers
+    return {**headers, **engine.router.headers(affinity)}
+
+
 def concurrency_limit(spec: EngineSpec, default: int) -> int:
     """How many calls the gateway lets one entry carry at once."""
     if spec.max_concurrency:
         return spec.max_concurrency
     return ROUTER_CONCURRENCY if spec.router else default
+
+
+# ---- reading probe answers
+
+
+def queue_depth(exposition: str) -> float:
+    """The sum of ``vllm:num_requests_waiting`` samples in a Prometheus exposition."""
+    total = 0.0
+    for line in exposition.splitlines():
+        if line.startswith("vllm:num_requests_waiting"):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return total
+
+
+def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:
+    """The entries of an OpenAI ``/v1/models`` answer that have an id (empty when not one)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ()
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return ()
+    return tuple(
+        item for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)
+    )
+
+
+def model_ids(cards: tuple[dict[str, Any], ...]) -> tuple[str, ...]:
+    """The ids of ``/v1/models`` entries."""
+    return tuple(card["id"] for card in cards)

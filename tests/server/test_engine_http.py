@@ -4,7 +4,8 @@ Each test pins a behaviour the hand-written transport this client replaced got w
 small raw-socket engine where the twin cannot misbehave in the needed way: idle sockets are
 closed, a socket the engine closed is not reused, a close-delimited answer is accepted, streamed
 chunks arrive as sent, https engines get the same client, and a discovered https engine is
-addressed by IP but checked against its name.
+addressed by IP but checked against its name. One more holds the direct aiohttp path for whole
+answers to what httpx's path sends and returns.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 import trustme
 
 from server.engines.client import EngineClient, engine_http_client
 from server.engines.pool import Engine
-from server.errors import EngineUnavailable
+from server.errors import EngineRejected, EngineUnavailable
 from server.settings import EngineSpec, GatewaySettings
 from server.telemetry.metrics import GatewayMetrics
 
@@ -124,6 +126,49 @@ async def test_a_close_delimited_answer_is_accepted() -> None:
     async with raw_engine(handler) as port:
         assert await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act") == ANSWER
     await client.http.aclose()
+
+
+async def test_a_whole_answer_is_the_same_on_aiohttp_and_on_httpx() -> None:
+    """A whole answer goes straight on the aiohttp session (or through httpx with another
+    transport): either way the engine gets the caller's bytes and the same headers, and the
+    caller gets the engine's bytes, or its 4xx in the engine's words."""
+    requests: list[bytes] = []
+    rejection = b'{"error":{"message":"too long","type":"BadRequestError","param":"messages"}}'
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await read_request(reader)
+        requests.append(request)
+        status, body = (
+            (b"400 Bad Request", rejection) if request.endswith(b"reject") else (b"200 OK", ANSWER)
+        )
+        head = b"HTTP/1.1 %s\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        writer.write(head % status + b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    gateway = GatewaySettings(engines=["http://127.0.0.1:1/v1"])
+    direct = client_for()
+    through_httpx = EngineClient(
+        engine_http_client(gateway, httpx.AsyncHTTPTransport()), GatewayMetrics(None), 1.0
+    )
+    async with raw_engine(handler) as port:
+        target = engine(f"http://127.0.0.1:{port}/v1")
+        for client in (direct, through_httpx):
+            assert await client.chat(target, BODY, "act") == ANSWER
+            with pytest.raises(EngineRejected) as caught:
+                await client.chat(target, b"reject", "act")
+            assert (caught.value.status, caught.value.param) == (400, "messages")
+            await client.http.aclose()
+    assert direct._session() is not None
+    assert through_httpx._session() is None
+    assert len(requests) == 4
+    for request in requests:
+        head, _, body = request.partition(b"\r\n\r\n")
+        lines = {line.lower() for line in head.split(b"\r\n")[1:]}
+        assert head.startswith(b"POST /v1/chat/completions HTTP/1.1")
+        assert {b"content-type: application/json", b"accept-encoding: identity"} <= lines
+        assert body in (BODY, b"reject")
 
 
 async def test_stream_chunks_arrive_as_sent() -> None:
