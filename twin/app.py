@@ -65,23 +65,10 @@ def _request_id(http: Request) -> str:
     return http.headers.get("x-request-id") or uuid.uuid4().hex[:16]
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _loads(raw: bytes) -> Any:
-    """Strict JSON (RFC 8259): ``NaN``/``Infinity`` are refused, as the gateway's orjson does.
-
-    Python's ``json`` accepts them, and a tool schema holding one was echoed back into a
-    response the encoder could not write: a 500 the fuzz test found.
-    """
-    return json.loads(raw, parse_constant=_no_constant)
-
-
 async def _json_body(http: Request) -> Any:
     try:
-        return _loads(await http.body())
-    except (ValueError, UnicodeDecodeError) as exc:
+        return json.loads(await http.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TwinError(f"Invalid JSON body: {exc}") from exc
 
 
@@ -91,8 +78,8 @@ def create_app(settings: TwinSettings) -> Starlette:
 
     async def chat(http: Request) -> Response:
         try:
-            body = _loads(await http.body())
-        except (ValueError, UnicodeDecodeError) as exc:
+            body = json.loads(await http.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return _error(TwinError(f"Invalid JSON body: {exc}"))
         try:
             request = parse_request(body, MAX_MODEL_LEN)
