@@ -8,6 +8,7 @@ and the Anthropic-style ``/v1/messages`` and ``/v1/messages/count_tokens`` in ``
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -63,6 +64,22 @@ def _not_stored(response_id: str) -> JSONResponse:
 def _request_id(http: Request) -> str:
     """vLLM names a request by the client's ``X-Request-Id``, else a random id of this length."""
     return http.headers.get("x-request-id") or uuid.uuid4().hex[:16]
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float as ``None``, as pydantic serialises them in vLLM.
+
+    Python's ``json`` reads ``NaN`` and ``Infinity`` (vLLM does too: a ``NaN`` temperature gets
+    its range error, not a parse error), and a Responses object echoes the request's tools; a
+    schema holding ``Infinity`` made that echo unwritable (a 500 the fuzz test found).
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 async def _json_body(http: Request) -> Any:
@@ -173,7 +190,8 @@ def create_app(settings: TwinSettings) -> Starlette:
             pass
         created = int(time.time())
         response_id = "resp_" + uuid.uuid4().hex[:16]
-        return JSONResponse(surface.response_object(body, model, response_id, created, generation))
+        answer = surface.response_object(body, model, response_id, created, generation)
+        return JSONResponse(_finite(answer))
 
     async def messages(http: Request) -> Response:
         try:

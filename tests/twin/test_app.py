@@ -219,6 +219,19 @@ def test_invalid_json_is_a_400(twin) -> None:
     assert response.json()["error"]["type"] == "BadRequestError"
 
 
+def test_a_non_finite_number_in_a_tool_schema_is_echoed_as_null(twin) -> None:
+    """``Infinity`` in a Responses tool's schema: a 200 whose echo says null, never a 500."""
+    raw = (
+        b'{"model": "%s", "input": "hi", "tools": [{"type": "function", "name": "f",'
+        b' "parameters": {"type": "object", "properties": {"n": {"maximum": Infinity}}}}]}'
+        % MODEL.encode()
+    )
+    response = httpx.post(twin.url + "/v1/responses", content=raw, timeout=10)
+    assert response.status_code == 200, response.text
+    (tool,) = response.json()["tools"]
+    assert tool["parameters"]["properties"]["n"]["maximum"] is None
+
+
 def test_rehearsal_over_http(twin) -> None:
     """The rehearsal role answers with thinking and an execution_result block."""
     from tests.twin.conftest import rehearsal_text
