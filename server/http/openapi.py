@@ -77,8 +77,24 @@ def json_answer(
         schema = {"$ref": _ref(schema)}
     content: dict[str, Any] = {"application/json": {"schema": schema}}
     if streams:
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+        content["text/event-stream"] = {"schema": SSE_EVENT}
     return {200: {"description": description, "content": content}}
+
+
+# Before OpenAPI 3.2 (we publish 3.1) a ``text/event-stream`` schema describes one event, as
+# tools read it (schemathesis validates each event, parsed to these fields, against it).
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "description": "One server-sent event. Chat: `data` is a chunk's JSON, then `[DONE]`; "
+    "Responses: `event` names the event and `data` is its JSON.",
+    "properties": {
+        "event": {"type": "string"},
+        "data": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+    "required": ["data"],
+}
 
 
 def request_body(model: type[BaseModel]) -> dict[str, Any]:
