@@ -94,12 +94,17 @@ def start_gateway(name: str, engine: str, tmp: str) -> Proc:
     return start_http_server(argv, port=port, log_path=Path(tmp) / f"gateway-{name}.log")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load options this benchmark and ``router_cpu`` share."""
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--world", default="retail", choices=["airline", "retail", "bank"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_load_arguments(parser)
     parser.add_argument("--transports", default="aiohttp", help="comma list of aiohttp, httpx")
     parser.add_argument("--against", default="", help="comma list of source trees to compare")
     args = parser.parse_args()

@@ -25,7 +25,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gateway_cpu import MODES, cpu_seconds, send  # noqa: E402
+from benchmarks.gateway_cpu import MODES, add_load_arguments, cpu_seconds, send  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.router import start_router  # noqa: E402
 from twin.worlds import load_world  # noqa: E402
@@ -43,10 +43,7 @@ def finished(twins: list[Proc]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--world", default="retail", choices=["airline", "retail", "bank"])
+    add_load_arguments(parser)
     args = parser.parse_args()
 
     world = load_world(args.world)
