@@ -26,14 +26,15 @@ from server.engines.calls import EngineCalls
 from server.engines.client import EngineClient, Waits, engine_http_client
 from server.engines.discovery import EngineDiscovery, Resolver, resolve_system
 from server.engines.pool import EnginePool, EnginesReady
-from server.http.accounting import RequestAccounting
+from server.http.accounting import CHAT_PATH, RequestAccounting
 from server.http.auth import ApiKeyMiddleware, ApiKeyRing
 from server.http.handlers import add_error_handlers
+from server.http.hot_routes import HotRoutes
 from server.http.limits import FairUseMiddleware
 from server.http.openapi import install as install_openapi
 from server.http.relayed_routes import router as relayed_router
 from server.http.responses_routes import router as responses_router
-from server.http.routes import router
+from server.http.routes import chat_completions, router
 from server.http.state import STATE_KEY, GatewayState
 from server.rehearse.defaults import (
     budget_caps,
@@ -86,6 +87,8 @@ def create_app(
     app.include_router(responses_router)
     app.include_router(relayed_router)
     add_error_handlers(app)
+    # Innermost: the chat endpoint without FastAPI's routing layers (server/http/hot_routes.py).
+    app.add_middleware(HotRoutes, routes={("POST", CHAT_PATH): chat_completions})
     app.add_middleware(FairUseMiddleware)  # inside ApiKeyMiddleware: the tenant is known
     app.add_middleware(ApiKeyMiddleware, keyring=keyring)
     app.add_middleware(RequestAccounting, metrics=metrics)

@@ -8,6 +8,7 @@ unexpected is logged and answered with a generic 500 that names nothing internal
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -32,13 +33,22 @@ log = logging.getLogger("rehearsal_gateway.server")
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"; only ever in metrics
 
 
+Handler = Callable[[Request, Exception], Awaitable[Response]]
+
+
 def add_error_handlers(app: FastAPI) -> None:
     """Install the handlers below on ``app``."""
-    app.add_exception_handler(GatewayError, _gateway_error)
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(ClientDisconnected, _client_gone)
+    for exc_type, handler in _HANDLERS.items():
+        app.add_exception_handler(exc_type, handler)
     app.add_exception_handler(Exception, _internal_error)
+
+
+def handler_for(exc: Exception) -> Handler | None:
+    """The handler the app would answer ``exc`` with (None: a 500, Starlette's to send)."""
+    for cls in type(exc).__mro__:
+        if (handler := _HANDLERS.get(cls)) is not None:
+            return handler
+    return None
 
 
 def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> Response:
@@ -71,6 +81,14 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 
 async def _client_gone(request: Request, exc: Exception) -> Response:
     return Response(status_code=CLIENT_CLOSED)
+
+
+_HANDLERS: dict[type[Exception], Handler] = {
+    GatewayError: _gateway_error,
+    HTTPException: _http_error,
+    RequestValidationError: _validation_error,
+    ClientDisconnected: _client_gone,
+}
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
