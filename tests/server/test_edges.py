@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from server.http.header_timeout import HeadHeld
 from tests.server.conftest import metric_value
 
 BODY = b'{"model": "double-model", "messages": [{"role": "user", "content": "x"}]}'
@@ -124,3 +125,73 @@ def test_idle_keep_alive_lasts_rgw_keepalive_s(start_double, start_gateway) -> N
         for pause in (0.0, 0.9, 1.0, 1.1):
             time.sleep(pause)
             assert client.post("/v1/chat/completions", content=BODY).status_code == 200
+
+
+class Recording:
+    """A transport that records what is written to it and whether it was closed."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+        self.peer = ("127.0.0.1", 1)
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> object:
+        return self.peer if name == "peername" else None
+
+
+JSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n"
+
+
+def test_a_content_length_head_leaves_with_its_body_in_one_write() -> None:
+    recording = Recording()
+    transport = HeadHeld(recording)  # type: ignore[arg-type]
+    transport.write(JSON_HEAD)
+    assert recording.writes == []
+    transport.write(b"{}")
+    assert recording.writes == [JSON_HEAD + b"{}"]
+    # Not held: 100 Continue, a chunked (streamed) head, and what follows them.
+    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    sse = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    transport.write(sse)
+    transport.write(b"5\r\ndata:\r\n")
+    assert recording.writes[1:] == [b"HTTP/1.1 100 Continue\r\n\r\n", sse, b"5\r\ndata:\r\n"]
+    # Everything else is the transport's own.
+    assert transport.get_extra_info("peername") == ("127.0.0.1", 1)
+
+
+def test_a_held_head_is_released_at_the_answers_end_and_before_close() -> None:
+    recording = Recording()
+    transport = HeadHeld(recording)  # type: ignore[arg-type]
+    transport.write(JSON_HEAD)  # a HEAD answer: no body write follows
+    transport.release()
+    transport.release()  # nothing held: nothing written
+    assert recording.writes == [JSON_HEAD]
+    transport.write(JSON_HEAD)
+    transport.close()
+    assert recording.writes == [JSON_HEAD, JSON_HEAD]
+    assert recording.closed
+
+
+def test_head_and_get_answers_on_one_keep_alive_connection(start_double, start_gateway) -> None:
+    """A HEAD answer (its head, never a body) is sent, and the connection serves the next one."""
+    engine = start_double("echo")
+    gateway = start_gateway(engine.url + "/v1")
+    with _connect(gateway.port) as sock:
+        sock.sendall(b"HEAD /health HTTP/1.1\r\nhost: gw\r\n\r\n")
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            head += sock.recv(65536)
+        assert head.startswith(b"HTTP/1.1 405 ")  # the routes are GET only; no body follows
+        assert b"content-length: " in head
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n")
+        answer = _read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert answer.endswith(b'{"status":"ok"}')
