@@ -9,12 +9,15 @@ rotating the order every round so machine drift hits all three alike. The load g
 bare keep-alive HTTP/1.1 client on asyncio streams, so its own CPU stays small.
 
 Printed per profile and client count, for each front: p50/p99 latency, the latency it adds to the
-direct path, its process's CPU time per request (utime + stime of that process from
-``/proc/<pid>/stat``; the twin's and this script's CPU are excluded) and errors; then the
-gateway's ratios to vllm-router. Ratios from one run, not absolute times, are the point.
+direct path, its process's CPU time per request (every thread's, from the scheduler's count
+in ``/proc/<pid>/task/*/schedstat``; the twin's and this script's CPU are excluded) and errors;
+then the gateway's ratios to vllm-router. Ratios from one run, not absolute times, are the point.
+``--floor`` adds a fourth front, the Python floor (``benchmarks/floor_relay.py``: a bare relay on
+the gateway's uvicorn and aiohttp, no gateway logic), to tell the gateway's own cost from its
+stack's.
 
     python -m benchmarks.overhead [--rounds 4] [--requests 300] [--clients 1 16 64]
-                                  [--profiles small agent] [--json PATH]
+                                  [--profiles small agent] [--floor] [--json PATH]
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bodies import PROFILES, build_bodies  # noqa: E402
+from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.router import start_router  # noqa: E402
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 FRONTS = ("direct", "vllm-router", "gateway")
+FLOOR = "python floor"
 
 
 class Connection:
@@ -81,12 +85,6 @@ class Samples:
     errors: int = 0
     cpu_seconds: float = 0.0
     requests: int = 0
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads), from the kernel's accounting."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 async def run_round(port: int, clients: int, bodies: list[bytes], total: int) -> Samples:
@@ -133,9 +131,9 @@ async def measure_one(
         shift = rnd % len(names)
         for name in names[shift:] + names[:shift]:
             proc = fronts[name]
-            cpu_before = process_cpu_seconds(proc.popen.pid)
+            cpu_before = cpu_seconds(proc.popen.pid)
             got = await run_round(proc.port, clients, bodies, total)
-            acc[name].cpu_seconds += process_cpu_seconds(proc.popen.pid) - cpu_before
+            acc[name].cpu_seconds += cpu_seconds(proc.popen.pid) - cpu_before
             acc[name].latencies += got.latencies
             acc[name].errors += got.errors
             acc[name].requests += got.requests
@@ -162,6 +160,8 @@ async def measure_one(
     gateway, router = row["fronts"]["gateway"], row["fronts"]["vllm-router"]
     row["cpu_ratio"] = gateway["cpu_ms"] / router["cpu_ms"] if router["cpu_ms"] else None
     row["added_p50_excess_ms"] = gateway["added_p50_ms"] - router["added_p50_ms"]
+    if FLOOR in row["fronts"] and router["cpu_ms"]:
+        row["floor_cpu_ratio"] = row["fronts"][FLOOR]["cpu_ms"] / router["cpu_ms"]
     return row
 
 
@@ -193,16 +193,22 @@ def render(rows: list[dict[str, Any]]) -> str:
         "| gateway added p50 − vllm-router added p50 ms |",
         "|---|---:|---:|---:|",
     ]
+    floor = any("floor_cpu_ratio" in r for r in rows)
+    if floor:
+        lines[-2] += " python floor CPU / vllm-router CPU |"
+        lines[-1] += "---:|"
     for r in rows:
         ratio = "—" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}×"
-        lines.append(
-            f"| {r['profile']} | {r['clients']} | {ratio} | {r['added_p50_excess_ms']:+.2f} |"
-        )
+        line = f"| {r['profile']} | {r['clients']} | {ratio} | {r['added_p50_excess_ms']:+.2f} |"
+        if floor:
+            line += f" {r['floor_cpu_ratio']:.2f}× |" if "floor_cpu_ratio" in r else " — |"
+        lines.append(line)
     return "\n".join(lines)
 
 
-def start_fronts(workdir: Path) -> dict[str, Proc]:
-    """The twin, vllm-router in front of it, a gateway in front of it (caller stops them)."""
+def start_fronts(workdir: Path, floor: bool = False) -> dict[str, Proc]:
+    """The twin, vllm-router and a gateway in front of it, and with ``floor`` the Python floor
+    (``benchmarks/floor_relay.py``); the caller stops them."""
     twin_port = free_port()
     fronts: dict[str, Proc] = {}
     try:
@@ -220,6 +226,16 @@ def start_fronts(workdir: Path) -> dict[str, Proc]:
             port=gateway_port,
             log_path=workdir / "gateway.log",
         )  # fmt: skip
+        if floor:
+            floor_port = free_port()
+            fronts[FLOOR] = start_http_server(
+                [sys.executable, "-m", "uvicorn", "benchmarks.floor_relay:app", "--port",
+                 str(floor_port), "--http", "httptools", "--loop", "uvloop", "--log-level",
+                 "warning", "--no-access-log"],
+                port=floor_port,
+                log_path=workdir / "floor.log",
+                env={"FLOOR_ENGINE": engine},
+            )  # fmt: skip
     except BaseException:
         stop_fronts(fronts)
         raise
@@ -238,9 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--profiles", nargs="+", default=list(PROFILES), choices=list(PROFILES))
     parser.add_argument("--json", help="also write the rows as JSON to this path")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure the Python floor: a bare uvicorn + aiohttp relay with no gateway "
+        "logic (benchmarks/floor_relay.py)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="rgw-overhead-") as tmp:
-        fronts = start_fronts(Path(tmp))
+        fronts = start_fronts(Path(tmp), floor=args.floor)
         try:
             rows = asyncio.run(measure(args, fronts))
         finally:

@@ -5,8 +5,9 @@ Starts two engine twins with ``--latency zero`` (the engines cost no wall time),
 router (``--engine ROUTER,router=vllm-router``), plus, as the baseline of the same run, a second
 gateway straight in front of one twin. It sends the world's requests (system prompt, task,
 tools), pass-through and rehearsed (parallel, K = 4, depth 1, ``reflect``), in interleaved rounds,
-and reads the processes' CPU time (``/proc/PID/stat``) around each round: the router's CPU per
-engine call it forwarded (counted by the twins' own metrics), and each gateway's per request.
+and reads the processes' CPU time (``/proc/PID/task/*/schedstat``) around each round: the
+router's CPU per engine call it forwarded (counted by the twins' own metrics), and each
+gateway's per request.
 
     python -m benchmarks.router_cpu [--requests 200] [--rounds 2] [--concurrency 8]
 """

@@ -62,3 +62,25 @@ def test_tiny_run_prints_every_front(tmp_path: Path) -> None:
         assert f"| {row['profile']} | {row['clients']} |" in done.stdout
     by_profile = {row["profile"]: row["body_bytes"] for row in rows}
     assert by_profile["agent"] > 3 * by_profile["small"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_python_floor_is_a_fourth_front(tmp_path: Path) -> None:
+    """--floor: the bare relay answers every request as the others do, and gets its own ratio."""
+    out = tmp_path / "overhead.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.overhead", "--rounds", "1", "--requests", "20",
+         "--clients", "2", "--profiles", "agent", "--floor", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=110, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = json.loads(out.read_text())
+    floor, router = row["fronts"]["python floor"], row["fronts"]["vllm-router"]
+    assert floor["requests"] == 20
+    assert floor["errors"] == 0
+    assert floor["cpu_ms"] > 0
+    assert row["floor_cpu_ratio"] == pytest.approx(floor["cpu_ms"] / router["cpu_ms"])
+    assert "| agent (" in done.stdout
+    assert "| python floor |" in done.stdout
+    assert "python floor CPU / vllm-router CPU |" in done.stdout
