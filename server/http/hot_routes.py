@@ -14,7 +14,9 @@ exact path name a hot route is handed to that route's own endpoint function, the
 declares, with a Starlette ``Request``; a ``GatewayError`` (or a vanished client) it raises is
 answered by the same handler ``server/http/handlers.py`` installs on the app, and anything else
 propagates to Starlette's server-error middleware, as from a routed request. Every other request
-goes to FastAPI unchanged. Nothing here decides anything: one function per route, two paths to it.
+goes to FastAPI unchanged, and so does every request FastAPI's native OpenTelemetry traces (its
+router is what names the span's ``http.route``). Nothing here decides anything: one function per
+route, two paths to it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from server.http.handlers import handler_for
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
+# Set by FastAPI's native OpenTelemetry support on a request it traces (only when a global OTel
+# provider is configured): its router names the span's route, so such a request takes it.
+TELEMETRY_SCOPE_KEY = "fastapi.telemetry"
+
 
 class HotRoutes:
     """Pure ASGI: ``(method, path)`` → endpoint, before FastAPI's router; the rest pass by."""
@@ -41,7 +47,7 @@ class HotRoutes:
         endpoint = (
             self.routes.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
         )
-        if endpoint is None:
+        if endpoint is None or TELEMETRY_SCOPE_KEY in scope:
             await self.app(scope, receive, send)
             return
         started = False
