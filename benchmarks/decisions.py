@@ -27,7 +27,7 @@ report them). Then, at fidelity 0.0, engine calls per turn in the first and last
 run and the first turn at which the gateway reports low trust (a tool whose trust policy is
 ``ignore_vetoes`` or ``off``) — fields a gateway may not report, printed ``n/a``.
 
-    python -m benchmarks.decisions [--seeds 3] [--json PATH] [--quick]
+    python -m benchmarks.decisions [--seeds 3] [--seed-offset 0] [--json PATH] [--quick]
 """
 
 from __future__ import annotations
@@ -320,7 +320,8 @@ def configurations(grid: Grid, policies: tuple[str, ...]) -> list[Config]:
 
 
 def _grid(args: argparse.Namespace) -> Grid:
-    grid = Grid.quick() if args.quick else Grid(seeds=tuple(range(args.seeds)))
+    seeds = tuple(range(args.seed_offset, args.seed_offset + args.seeds))
+    grid = Grid.quick() if args.quick else Grid(seeds=seeds)
     changes: dict[str, Any] = {}
     for name in ("fidelities", "skills"):
         if getattr(args, name):
@@ -339,6 +340,10 @@ def _grid(args: argparse.Namespace) -> Grid:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds per task (paired across runs)")
+    parser.add_argument(
+        "--seed-offset", type=int, default=0,
+        help="first seed (seeds OFFSET..OFFSET+SEEDS-1): check a change on seeds not studied",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a tiny grid (the test uses it)")
     parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     parser.add_argument("--fidelities", help="comma-separated, instead of the full sweep")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.decisions import _grid, _parser
 from tests.support.procs import ROOT
 
 RUNS = {"off", "parallel select", "parallel reflect", "sequential select", "sequential reflect"}
@@ -61,3 +62,15 @@ def test_quick_grid_runs_end_to_end(tmp_path: Path) -> None:
     assert "Trust at fidelity 0.0" in done.stdout
     assert len(document["episodes"]) == len(document["cells"]) * 3
     assert re.search(r"wall time [\d.]+ s", done.stdout)
+
+
+@pytest.mark.parametrize(
+    ("argv", "seeds"),
+    [
+        pytest.param(["--seeds", "3"], (0, 1, 2), id="from-zero"),
+        pytest.param(["--seeds", "2", "--seed-offset", "3"], (3, 4), id="offset"),
+    ],
+)
+def test_seed_offset_chooses_seeds_not_studied(argv: list[str], seeds: tuple[int, ...]) -> None:
+    """--seed-offset N runs seeds N..N+S-1: a change is checked on seeds it was not tuned on."""
+    assert _grid(_parser().parse_args(argv)).seeds == seeds
