@@ -20,7 +20,9 @@ evidence and the rules):
   rehearsed-clean one replaces the anchor. With none, the anchor stays (or, when the anchor is
   schema-invalid, the best schema-valid candidate). Rehearsal therefore changes a decision only
   on evidence, and costs two engine calls when the anchor is fine (early exit ``anchor``; with
-  ``early_exit`` off the alternatives are sampled and walked anyway, for measurements).
+  ``early_exit`` off the alternatives are sampled and walked anyway, for measurements). An anchor
+  kept because it had no evidence against it says ``commit_unconditional``: committed whatever
+  its imagination said, its real result is an unselected sample for trust (``rehearsal.trust``).
 - **select**: ``commit.select`` over the walks; when every candidate has evidence against it,
   one verified ``reflect`` call.
 - **reflect**: one more acting call (role ``commit``, low temperature) with the memory note as the
@@ -67,6 +69,9 @@ class Decision:
     chosen_index: int | None = None
     chosen_trajectory: int | None = None
     early_exit: str | None = None
+    # The anchor, kept whatever its imagination said (its vetoes not acted on): the one commit
+    # whose imagined failure is an unselected sample for trust (``rehearsal.trust``).
+    unconditional: bool = False
 
 
 def _decided(selection: Selection, path: str, why: str | None = None) -> Decision:
@@ -179,7 +184,8 @@ class Planner:
         found = evidence(anchor, ctx.request.trust)
         if found not in AGAINST:
             path = "trust_off" if anchor.outcome == "unrehearsed" else "anchor"
-            return Decision(anchor.first_turn, f"anchor kept ({found})", path, 0, 0)
+            why = f"anchor kept ({found})"
+            return Decision(anchor.first_turn, why, path, 0, 0, unconditional=True)
         better = replacement(trajectories, ctx.request.trust, instead_of=anchor.signature)
         if better is not None:
             return _decided(better, "replaced")
@@ -363,6 +369,7 @@ class Planner:
             why=decision.why,
             early_exit=decision.early_exit,
             commit_path=decision.path,
+            commit_unconditional=decision.unconditional,
             commit_check="schema_invalid" if check.invalid else check.status,
             commit_check_detail=check.message,
             trust={tool: ctx.policy(tool) for tool in sorted(tools)},

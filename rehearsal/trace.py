@@ -187,6 +187,9 @@ class RehearsalResult:
     why: str = ""
     early_exit: str | None = None
     commit_path: str = "off"
+    # Committed whatever imagination said of it (the anchor, its vetoes not acted on); else an
+    # imagined failure of the committed call was weighed against other candidates first.
+    commit_unconditional: bool = False
     commit_check: str = "ok"  # the committed turn: ok | schema_invalid | unchecked
     commit_check_detail: str = ""
     trust: dict[str, str] = field(default_factory=dict)  # tool -> trust policy it was under
@@ -269,6 +272,7 @@ class RehearsalResult:
             "budget_knobs": self.budget.to_dict(),
             "turn": self.turn.to_dict(),
             "why": self.why,
+            "commit_unconditional": self.commit_unconditional,
             "commit_check_detail": self.commit_check_detail,
             "early_exit_reason": self.early_exit,
             "chosen_trajectory": self.chosen_trajectory,

@@ -7,7 +7,9 @@ never both count it) and records:
 
 - **outcome agreement** — did imagination predict the real *outcome* (error vs success)? The
   primary fidelity figure; the pair (imagined, real) also feeds the tenant's trust counts for the
-  tool (``rehearsal.trust``), which decide whether that tool's imagined vetoes are acted on;
+  tool (``rehearsal.trust``), which decide whether that tool's imagined vetoes are acted on — a
+  veto in ``ee``/``eo`` when its call was committed whatever it said (the record's
+  ``unconditional``), else in the weighed ``we``/``wo``;
 - **structural fidelity** — ``rehearsal.fidelity`` between the imagined and the real result (only
   when the committed action had been rehearsed; secondary: a wrong world can still look similar);
 - **real tool-call latency** — from our response to the arrival of the result (wall clock, so a
@@ -50,8 +52,13 @@ def pending_record(
     arguments: Any,
     imagined: Any,
     imagined_outcome: str | None,
+    unconditional: bool = False,
 ) -> dict[str, Any]:
-    """What is kept under a minted tool-call id until its real result arrives."""
+    """What is kept under a minted tool-call id until its real result arrives.
+
+    ``unconditional``: the call was committed whatever imagination said of it, so an imagined
+    failure's real outcome counts as an unselected veto, else as a weighed one (rehearsal.trust).
+    """
     return {
         "tenant": tenant,
         "session": session,
@@ -60,6 +67,7 @@ def pending_record(
         "arguments": arguments,
         "imagined": imagined,
         "imagined_outcome": imagined_outcome,
+        "unconditional": unconditional,
         "sent_at": time.time(),
     }
 
@@ -195,9 +203,9 @@ class Feedback:
         async def write() -> None:
             if predicted is not None:
                 try:
-                    await self.store.record_trust(
-                        tenant, str(record.get("tool")), cell(predicted, failed)
-                    )
+                    weighed = record.get("unconditional") is not True
+                    pair = cell(predicted, failed, weighed=weighed)
+                    await self.store.record_trust(tenant, str(record.get("tool")), pair)
                 except StoreUnavailable as exc:
                     self.metrics.store_error(exc.op)
             await self._remember(tenant, record, real, failed, summary)

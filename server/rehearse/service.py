@@ -225,6 +225,7 @@ class RehearsalRun:
                 tool=tool_call.name, arguments=tool_call.parsed_arguments,
                 imagined=None if seen is None else seen.result,
                 imagined_outcome=None if seen is None else seen.outcome,
+                unconditional=result.commit_unconditional,
             )  # fmt: skip
         # Beside the answer, not before it: only later requests read these (the next turn's
         # feedback, GET /v1/rehearsals/{id}), and they wait for the write (server/store/writer.py).

@@ -22,6 +22,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 import orjson
 from redis.exceptions import RedisError
 
+from rehearsal.trust import CELLS
 from server.errors import StoreUnavailable
 from server.store.connect import RedisClient, connect
 from server.store.keys import Keys, Lifetimes, args_hash
@@ -65,10 +66,10 @@ P = ParamSpec("P")
 TRUST_SCRIPT = """
 local key, tool, cell = KEYS[1], ARGV[1], ARGV[2]
 local window, ttl, max_tools = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local cells = {"ee", "eo", "oe", "oo"}
+local cells = {"ee", "eo", "oe", "oo", "we", "wo"}
 local function fields_of(name)
   local fields = {}
-  for i = 1, 4 do fields[i] = name .. ":" .. cells[i] end
+  for i = 1, #cells do fields[i] = name .. ":" .. cells[i] end
   return fields
 end
 local function bump(name)
@@ -76,9 +77,9 @@ local function bump(name)
   local fields = fields_of(name)
   local values = redis.call("HMGET", key, unpack(fields))
   local total = 0
-  for i = 1, 4 do total = total + (tonumber(values[i]) or 0) end
+  for i = 1, #cells do total = total + (tonumber(values[i]) or 0) end
   if total > window then
-    for i = 1, 4 do
+    for i = 1, #cells do
       redis.call("HSET", key, fields[i], math.floor((tonumber(values[i]) or 0) / 2))
     end
   end
@@ -90,7 +91,7 @@ end
 if not known then  -- a new tool: admitted while the tenant has fewer than max_tools
   local seen, count = {}, 0
   for _, field in ipairs(redis.call("HKEYS", key)) do
-    local name = string.match(field, "^(.*):[eo][eo]$")
+    local name = string.match(field, "^(.*):[eow][eo]$")
     if name and name ~= "*" and not seen[name] then
       seen[name] = true
       count = count + 1
@@ -110,7 +111,7 @@ def trust_rows(fields: dict[str, int]) -> dict[str, dict[str, int]]:
     table: dict[str, dict[str, int]] = {}
     for field, count in fields.items():
         tool, _, cell = field.rpartition(":")
-        if tool and cell in ("ee", "eo", "oe", "oo"):
+        if tool and cell in CELLS:
             table.setdefault(tool, {})[cell] = count
     return table
 

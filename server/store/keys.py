@@ -11,8 +11,9 @@ values never appear in a key: grounding is addressed by a hash of the canonical 
     {prefix}ground:{<tenant>:<tool>}:<args_hash>  JSON real observation for exactly these arguments
     {prefix}ground-recent:{<tenant>:<tool>}       list of args hashes, newest first, capped
     {prefix}trust:{<tenant>}                      hash "{tool}:{cell}" -> count of imagined x real
-                                                  outcome pairs (cells ee/eo/oe/oo; tool "*" is
-                                                  the tenant pooled); halved past a window
+                                                  outcome pairs (cells ee/eo/oe/oo/we/wo,
+                                                  rehearsal.trust; tool "*" is the tenant
+                                                  pooled); halved past a window
     {prefix}limit:{<tenant>}:rate                 token bucket hash {tokens, ts}: requests/s
     {prefix}limit:{<tenant>}:calls                token bucket hash: rehearsal engine calls/min
     {prefix}limit:{<tenant>}:inflight             sorted set request id -> lease end (ms)

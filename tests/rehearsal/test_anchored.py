@@ -50,6 +50,7 @@ async def test_a_clean_anchor_is_committed_after_two_calls(mode: str) -> None:
     assert (result.turn, result.commit_path, result.engine_calls) == (GET, "anchor", 2)
     assert (result.committed_rehearsed, result.early_exit) == (True, "anchor")
     assert result.summary()["commit_check"] == "ok"
+    assert result.commit_unconditional is True
 
 
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])
@@ -79,6 +80,7 @@ async def test_a_vetoed_anchor_is_replaced_by_a_clean_alternative() -> None:
     result = await run(engine, budget=4)
     assert engine.by_role("act")[1].n == 3
     assert (result.turn, result.commit_path) == (GET, "replaced")
+    assert result.commit_unconditional is False
     assert len(engine.by_role("rehearse")) == 3  # the anchor's repeat is not imagined again
     assert result.chosen_index == 2
 
@@ -171,6 +173,8 @@ async def test_a_vetoed_anchor_with_no_clean_alternative_is_kept() -> None:
     engine.enqueue(veto("INVALID_PARAMETERS"), veto("TOOL_NOT_AVAILABLE"))
     result = await run(engine, budget=2)
     assert (result.turn, result.commit_path) == (OTHER, "anchor_vetoed")
+    # kept only after the alternatives were weighed: its veto's real outcome is a selected sample
+    assert result.commit_unconditional is False
 
 
 @pytest.mark.parametrize("policy", ["learning", "ignore_vetoes"])
@@ -183,6 +187,8 @@ async def test_untrusted_vetoes_do_not_move_the_anchor(policy: str) -> None:
     assert result.early_exit == "anchor"
     assert result.vetoes == 1
     assert result.trust == {"get_order": policy}
+    # committed whatever its veto said: an unselected sample of that tool's vetoes
+    assert result.to_dict()["commit_unconditional"] is True
 
 
 async def test_trust_off_skips_imagination_of_the_tool() -> None:
@@ -243,6 +249,7 @@ async def test_select_falls_back_to_least_bad_when_reflect_is_vetoed_too() -> No
     result = await run(engine, budget=2, commit="select")
     assert (result.turn, result.commit_path) == (OTHER, "least_bad")
     assert "did not rehearse clean" in result.why
+    assert result.commit_unconditional is False  # chosen among candidates by their evidence
 
 
 async def test_reflect_choosing_a_vetoed_action_falls_back_to_a_clean_one() -> None:

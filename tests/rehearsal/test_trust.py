@@ -18,6 +18,26 @@ def test_each_pair_lands_in_its_cell(imagined_error: bool, real_error: bool, exp
     assert cell(imagined_error, real_error) == expected
 
 
+@pytest.mark.parametrize(
+    ("imagined_error", "real_error", "expected"),
+    [(True, True, "we"), (True, False, "wo"), (False, True, "oe"), (False, False, "oo")],
+)
+def test_a_weighed_veto_lands_in_its_own_cells(
+    imagined_error: bool, real_error: bool, expected: str
+) -> None:
+    """A veto the commit rule weighed is kept apart; an imagined success is a success either way."""
+    assert cell(imagined_error, real_error, weighed=True) == expected
+
+
+def test_weighed_vetoes_count_for_agreement_not_for_precision() -> None:
+    """Agreement and the false-veto rate take every pair; precision only the unselected vetoes."""
+    counts = Counts(ee=1, eo=1, oe=1, oo=5, we=1, wo=1)
+    assert (counts.samples, counts.agreement) == (10, 0.7)
+    assert counts.veto_precision == 0.5
+    assert counts.false_veto_rate == pytest.approx(2 / 7)
+    assert Counts(we=3, wo=1).veto_precision is None
+
+
 def test_rates_follow_the_counts() -> None:
     """Agreement, veto precision and false-veto rate; None when undefined."""
     counts = Counts(ee=3, eo=1, oe=2, oo=4)
@@ -82,11 +102,67 @@ def test_a_tool_with_few_vetoes_borrows_the_tenants_veto_lift() -> None:
     )
     flat = {"t": own, POOLED: Counts(ee=3, eo=3, oe=10, oo=10)}
     assert policy_for("t", flat, SETTINGS)[0] == "ignore_vetoes"
-    few = {"t": own, POOLED: Counts(ee=1, oo=12)}
+    few = {"t": own, POOLED: Counts(ee=1, oe=6, oo=12)}
     assert policy_for("t", few, SETTINGS) == (
         "ignore_vetoes",
-        "13 real results of t: outcome agreement 0.77, too few vetoes for a lift"
-        " (the tenant's vetoes)",
+        "13 real results of t: outcome agreement 0.77 (0.74 with the tenant's),"
+        " too few vetoes for a lift",
+    )
+
+
+def test_a_tools_few_pairs_are_drawn_towards_the_tenants_agreement() -> None:
+    """7 of 9 pairs right (0.78) is noise next to a tenant right 94 times in 100: trusted."""
+    table = {"t": Counts(oe=1, oo=7, wo=1), POOLED: Counts(oe=3, oo=94, wo=3)}
+    assert policy_for("t", table, SETTINGS) == (
+        "trusted",
+        "9 real results of t: outcome agreement 0.78 (0.85 with the tenant's),"
+        " too few vetoes for a lift",
+    )
+    alone = {"t": Counts(oe=1, oo=7, wo=1)}  # the tool is all the tenant has seen
+    assert policy_for("t", alone, SETTINGS)[0] == "ignore_vetoes"
+
+
+@pytest.mark.parametrize(
+    ("counts", "policy", "why"),
+    [
+        # fidelity 0.8 as measured by the benchmark: every veto it could count was weighed
+        pytest.param(
+            Counts(ee=0, eo=0, oe=3, oo=60, we=4, wo=1),
+            "trusted",
+            "veto lift 0.75, precision 0.80 vs miss rate 0.05, weighed vetoes included",
+            id="weighed-confirm-a-lift",
+        ),
+        pytest.param(
+            Counts(ee=0, eo=0, oe=3, oo=60, we=0, wo=5),
+            "trusted",
+            "outcome agreement 0.88, too few vetoes for a lift, weighed vetoes show none",
+            id="weighed-cannot-refute",
+        ),
+        pytest.param(
+            Counts(ee=0, eo=4, oe=3, oo=60, we=5, wo=0),
+            "ignore_vetoes",
+            "veto lift -0.05, precision 0.00 vs miss rate 0.05",
+            id="unselected-decide",
+        ),
+    ],
+)
+def test_weighed_vetoes_can_confirm_a_lift_but_never_refute_one(
+    counts: Counts, policy: str, why: str
+) -> None:
+    """Too few unselected vetoes: the weighed ones, biased towards false, may only show a lift."""
+    assert policy_for("t", {"t": counts}, SETTINGS) == (
+        policy,
+        f"{counts.samples} real results of t: {why}",
+    )
+
+
+def test_a_tool_borrows_the_tenants_weighed_vetoes_too() -> None:
+    """A tool with no vetoes of its own is judged by the tenant's, weighed ones included."""
+    table = {"t": Counts(oe=1, oo=8), POOLED: Counts(oe=2, oo=40, we=4)}
+    assert policy_for("t", table, SETTINGS) == (
+        "trusted",
+        "9 real results of t: veto lift 0.95, precision 1.00 vs miss rate 0.05,"
+        " weighed vetoes included (the tenant's vetoes)",
     )
 
 
@@ -106,7 +182,7 @@ def test_a_trust_row_explains_itself() -> None:
     assert row == {
         "tool": "t",
         "samples": 8,
-        "counts": {"ee": 4, "eo": 0, "oe": 0, "oo": 4},
+        "counts": {"ee": 4, "eo": 0, "oe": 0, "oo": 4, "we": 0, "wo": 0},
         "outcome_agreement": 1.0,
         "veto_precision": 1.0,
         "miss_rate": 0.0,

@@ -87,7 +87,7 @@ def test_disagreeing_results_take_a_tools_rehearsal_away(stack: Stack) -> None:
     )
     assert after == before + 3
     table = {row["tool"]: row for row in _trust(stack, KEYS[0])["data"]}
-    assert table[tool]["counts"] == {"ee": 0, "eo": 0, "oe": 3, "oo": 0}
+    assert table[tool]["counts"] == {"ee": 0, "eo": 0, "oe": 3, "oo": 0, "we": 0, "wo": 0}
     assert (table[tool]["outcome_agreement"], table[tool]["policy"]) == (0.0, "off")
     assert table["*"]["samples"] == 3
     # The next request on that tool is not rehearsed: one engine call, and the summary says why.

@@ -92,6 +92,22 @@ async def test_trust_counts_pool_halve_and_cap_tools(store: RehearsalStore) -> N
     assert await store.trust_table("other") == {}
 
 
+async def test_weighed_veto_cells_are_counted_and_halved_with_the_rest(
+    store: RehearsalStore,
+) -> None:
+    """we/wo (vetoes a commit rule weighed, rehearsal.trust) count and halve like the four."""
+    for cell in ("we", "wo", "wo", "ee", "oo"):
+        await store.record_trust("t", "tool", cell)
+    assert await store.trust_table("t") == {
+        "tool": {"we": 1, "wo": 2, "ee": 1, "oo": 1},
+        "*": {"we": 1, "wo": 2, "ee": 1, "oo": 1},
+    }
+    await store.record_trust("t", "tool", "oo")
+    await store.record_trust("t", "tool", "wo")  # a total of 7 passes the window of 6
+    table = await store.trust_table("t")
+    assert {cell: n for cell, n in table["tool"].items() if n} == {"wo": 1, "oo": 1}
+
+
 async def test_every_redis_key_has_a_ttl() -> None:
     """Each kind of key the store writes carries an expiry."""
     keys = Keys(prefix=f"rgwtest-{uuid.uuid4().hex[:8]}:")
