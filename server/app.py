@@ -117,6 +117,7 @@ async def open_state(
         queue_timeout=settings.queue_timeout,
         eject_after=settings.eject_after_failures,
         health_failures=settings.health_failures,
+        rehearsal_share=settings.rehearsal_engine_share,
     )
     metrics.start_series(engine.name for engine in pool.engines)
     http = engine_http_client(settings, engine_transport)

@@ -37,6 +37,7 @@ class StreamAnswer:
     stream: EngineStream
     pool: EnginePool
     mode: str = PASSTHROUGH
+    role: Role = "act"
     headers: dict[str, str] = field(default_factory=dict)
     deadline: float | None = None  # the loop time the whole stream must end by
     _released: bool = False
@@ -48,7 +49,7 @@ class StreamAnswer:
         try:
             await self.stream.aclose()
         finally:
-            self.pool.release(self.stream.engine)
+            self.pool.release(self.stream.engine, self.role)
 
 
 class EngineCalls:
@@ -98,7 +99,7 @@ class EngineCalls:
                 attempts += 1
                 self._after_failure(engine, exc, tried, attempts)
             finally:
-                self.pool.release(engine)
+                self.pool.release(engine, role)
 
     async def open_stream(
         self,
@@ -124,14 +125,14 @@ class EngineCalls:
                     bound_s=self._left(deadline),
                 )  # fmt: skip
             except EngineError as exc:
-                self.pool.release(engine)
+                self.pool.release(engine, role)
                 attempts += 1
                 self._after_failure(engine, exc, tried, attempts)
                 continue
             except BaseException:
-                self.pool.release(engine)
+                self.pool.release(engine, role)
                 raise
-            return StreamAnswer(stream, self.pool, deadline=deadline)
+            return StreamAnswer(stream, self.pool, role=role, deadline=deadline)
 
     def _after_failure(
         self, engine: Engine, exc: EngineError, tried: set[str], attempts: int

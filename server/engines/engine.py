@@ -48,6 +48,9 @@ class Engine:
 
     spec: EngineSpec
     max_concurrency: int
+    # Of those, how many rehearsal-role calls may hold at once (``rehearsal_slots``); the rest
+    # stay free for real work. 0: no cap of its own (``max_concurrency``).
+    rehearse_limit: int = 0
     group: str = ""  # the discovered name this engine is one address of; "" when configured
     name: str = ""
     base_url: str = ""  # ends in /v1
@@ -58,6 +61,7 @@ class Engine:
     cards: tuple[dict[str, Any], ...] = ()
     healthy: bool = False
     in_flight: int = 0
+    rehearse_in_flight: int = 0  # of ``in_flight``, the rehearsal-role calls
     queue_depth: float = 0.0
     router: RouterDialect | None = None
     failures: int = 0  # consecutive failed calls (passive health)
@@ -81,6 +85,8 @@ class Engine:
             self.headers = {"host": f"{self.spec.tls_name}:{port}" if port else self.spec.tls_name}
             self.extensions = {"sni_hostname": self.spec.tls_name}
         self.router = DIALECTS[self.spec.router] if self.spec.router else None
+        if not self.rehearse_limit:
+            self.rehearse_limit = self.max_concurrency
 
     @property
     def health_path(self) -> str:
@@ -91,8 +97,14 @@ class Engine:
         return self.spec.roles
 
     @property
-    def has_room(self) -> bool:
-        return self.in_flight < self.max_concurrency
+    def free_slots(self) -> int:
+        return self.max_concurrency - self.in_flight
+
+    def has_room_for(self, role: Role) -> bool:
+        """Whether a call of ``role`` may take a slot: a rehearsal call also within its share."""
+        if self.in_flight >= self.max_concurrency:
+            return False
+        return role != "rehearse" or self.rehearse_in_flight < self.rehearse_limit
 
     @property
     def load(self) -> float:
@@ -176,6 +188,17 @@ def concurrency_limit(spec: EngineSpec, default: int) -> int:
     if spec.max_concurrency:
         return spec.max_concurrency
     return ROUTER_CONCURRENCY if spec.router else default
+
+
+def rehearsal_slots(spec: EngineSpec, limit: int, share: float) -> int:
+    """How many of an entry's ``limit`` slots rehearsal-role calls may hold at once.
+
+    ``share`` of them, rounded down, at least one (rehearsal must be able to run at all). An
+    engine that serves no acting calls has no real work to keep slots for: all of them.
+    """
+    if share >= 1 or "act" not in spec.roles:
+        return limit
+    return max(1, int(limit * share + 1e-9))  # 1e-9: 100 x 0.29 is 28.999...
 
 
 # ---- reading probe answers

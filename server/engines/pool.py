@@ -8,6 +8,19 @@ only moves the sessions it held. When the preferred engine is unhealthy or at it
 limit, the least-loaded healthy engine with room takes the call; when all are full the call waits
 (up to ``queue_timeout``) for a slot.
 
+**Rehearsal never takes the room real work needs.** Rehearsal-role calls (imagined tool results)
+may hold at most ``rehearsal_share`` of an engine's slots (``RGW_REHEARSAL_ENGINE_SHARE``), so
+the rest stays free for acting calls, commits and pass-through; and a rehearsal call does not take
+a freed slot that a waiting acting call could use: it waits behind it. The engine's own scheduler
+cannot do this: vLLM (0.32, V1 scheduler, ``--scheduling-policy priority``) orders its waiting
+queue by priority but admits into its running batch only while fewer than ``--max-num-seqs``
+requests run, and preempts a running request only when KV-cache blocks run out, so a batch full
+of long imaginations makes real work wait whatever its priority. Matching an engine's
+``max_concurrency`` to its ``--max-num-seqs`` makes the share a share of vLLM's batch
+(docs/configuration.md). A rehearsal call that gets no slot in time is cut by its rehearsal's
+deadline (or, past ``queue_timeout``, refused ``EngineOverloaded``), and the rehearsal degrades as
+after any other engine fault: its answer still comes.
+
 Health comes from two sides, and neither lies about a busy engine:
 
 - **passive**: ``eject_after`` consecutive failed calls (refused, timed out, broken, 5xx) take an
@@ -45,7 +58,13 @@ from typing import Any
 
 import orjson
 
-from server.engines.engine import ROUTER_CONCURRENCY, Engine, Probe, concurrency_limit
+from server.engines.engine import (
+    ROUTER_CONCURRENCY,
+    Engine,
+    Probe,
+    concurrency_limit,
+    rehearsal_slots,
+)
 from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
 from server.settings import EngineSpec, Role
 from server.telemetry.metrics import GatewayMetrics
@@ -66,6 +85,22 @@ def affinity_key(session_id: str | None, user: str | None, messages: Sequence[ob
     return b"m:" + hashlib.blake2b(head, digest_size=16).digest()
 
 
+@dataclass(frozen=True, slots=True, eq=False)  # one per waiter: removed by identity
+class _WaitingWork:
+    """An acting call waiting for a slot: which engines it could take one on."""
+
+    model: str | None
+    exclude: frozenset[str]
+
+    def could_use(self, engine: Engine) -> bool:
+        return (
+            "act" in engine.roles
+            and engine.healthy
+            and engine.name not in self.exclude
+            and (self.model is None or self.model in engine.models or not engine.models)
+        )
+
+
 @dataclass
 class EnginePool:
     """All engines, the aliases in front of their models, and the routing decision."""
@@ -76,8 +111,10 @@ class EnginePool:
     queue_timeout: float = 30.0
     eject_after: int = 1  # consecutive failed calls that take an engine out
     health_failures: int = 1  # consecutive failed probes that take an engine out
+    rehearsal_share: float = 1.0  # of each engine's slots, what rehearsal-role calls may hold
     _room: asyncio.Condition = field(default_factory=asyncio.Condition)
     _waiting: int = 0
+    _waiting_work: list[_WaitingWork] = field(default_factory=list)  # acting calls only
     _wakeups: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
@@ -91,13 +128,28 @@ class EnginePool:
         queue_timeout: float,
         eject_after: int = 1,
         health_failures: int = 1,
+        rehearsal_share: float = 1.0,
     ) -> EnginePool:
-        engines = [
-            Engine(spec, concurrency_limit(spec, default_concurrency))
+        pool = cls(
+            [],
+            metrics,
+            aliases=dict(aliases),
+            queue_timeout=queue_timeout,
+            eject_after=eject_after,
+            health_failures=health_failures,
+            rehearsal_share=rehearsal_share,
+        )
+        pool.engines = [
+            pool._engine(spec, default_concurrency)
             for spec in specs
             if spec.discover is None  # a discovered group joins when its name first resolves
         ]
-        return cls(engines, metrics, dict(aliases), queue_timeout, eject_after, health_failures)
+        return pool
+
+    def _engine(self, spec: EngineSpec, default_concurrency: int, group: str = "") -> Engine:
+        limit = concurrency_limit(spec, default_concurrency)
+        share = rehearsal_slots(spec, limit, self.rehearsal_share)
+        return Engine(spec, limit, rehearse_limit=share, group=group)
 
     def replace_group(
         self, group: str, specs: Sequence[EngineSpec], default_concurrency: int
@@ -111,7 +163,7 @@ class EnginePool:
         wanted = {spec.label: spec for spec in specs}
         gone = [engine for name, engine in current.items() if name not in wanted]
         added = [
-            Engine(spec, concurrency_limit(spec, default_concurrency), group=group)
+            self._engine(spec, default_concurrency, group)
             for name, spec in wanted.items()
             if name not in current
         ]
@@ -156,7 +208,7 @@ class EnginePool:
     def choose(
         self, role: Role, model: str | None, affinity: bytes, exclude: frozenset[str]
     ) -> Engine | None:
-        """The engine for a call, or None when every healthy candidate is full."""
+        """The engine for a call, or None when every healthy candidate is full (for ``role``)."""
         pool = [
             e
             for e in self.engines
@@ -172,12 +224,25 @@ class EnginePool:
                 else "no other engine is left to try for this request"
             )
         preferred = max(pool, key=lambda e: e.score(affinity))
-        if preferred.healthy and preferred.has_room:
+        with_room = [e for e in healthy if self._open_to(role, e)]
+        if preferred in with_room:
             return preferred
-        with_room = [e for e in healthy if e.has_room]
         if not with_room:
             return None
         return min(with_room, key=lambda e: (e.load, -e.score(affinity)))
+
+    def _open_to(self, role: Role, engine: Engine) -> bool:
+        """Whether a call of ``role`` may take a slot of ``engine`` now.
+
+        A rehearsal call also leaves the free slots that waiting acting calls could take: real
+        work queued first is served first, whichever call began to wait earlier.
+        """
+        if not engine.has_room_for(role):
+            return False
+        if role != "rehearse" or not self._waiting_work:
+            return True
+        wanted = sum(1 for work in self._waiting_work if work.could_use(engine))
+        return engine.free_slots > wanted
 
     async def acquire(
         self,
@@ -197,6 +262,8 @@ class EnginePool:
             wait = self.queue_timeout if within is None else min(within, self.queue_timeout)
             engine = await self._wait_for_room(role, model, affinity, exclude, max(wait, 0.0))
         engine.in_flight += 1
+        if role == "rehearse":
+            engine.rehearse_in_flight += 1
         return engine
 
     async def _wait_for_room(
@@ -211,6 +278,9 @@ class EnginePool:
         # choice and ``acquire`` taking the slot nothing may run, or every waiter woken by one
         # release would pick the same freed slot and overrun the engine's limit.
         self._waiting += 1
+        work = None if role == "rehearse" else _WaitingWork(model, exclude)
+        if work is not None:
+            self._waiting_work.append(work)
         try:
             async with asyncio.timeout(wait), self._room:
                 while True:
@@ -224,10 +294,14 @@ class EnginePool:
             ) from None
         finally:
             self._waiting -= 1
+            if work is not None:
+                self._waiting_work.remove(work)
 
-    def release(self, engine: Engine) -> None:
-        """Give back a slot taken by ``acquire``."""
+    def release(self, engine: Engine, role: Role) -> None:
+        """Give back a slot taken by ``acquire`` for ``role``."""
         engine.in_flight -= 1
+        if role == "rehearse":
+            engine.rehearse_in_flight -= 1
         if self._waiting:  # only pay for the wake-up when someone waits
             # Wake all: a waiter may be bound to a model or exclusions the freed engine misses.
             task = asyncio.get_running_loop().create_task(self._notify_all())

@@ -6,8 +6,13 @@ received, as chosen by ``--chat``. It answers ``/health``, ``/v1/models`` and ``
 
     python -m tests.server.engine_double --port P --chat MODE [--model M]
 
-MODE is hang, echo, slow, cut, usage (vLLM's continuous usage stats), status:CODE, or
-delay:SECONDS (a normal answer after SECONDS: a whole one, or a stream spread over them).
+MODE is hang, echo, slow, cut, usage (vLLM's continuous usage stats), status:CODE,
+delay:SECONDS (a normal answer after SECONDS: a whole one, or a stream spread over them), or
+imagine:SECONDS (a whole engine for rehearsal: an acting call, one with ``tools``, gets ``n``
+distinct calls of the first tool at once; a rehearsal-role call, one whose system message asks
+for an ``<execution_result>``, is answered after SECONDS, or aborted when the gateway leaves;
+any other call is answered at once; ``/metrics`` adds the rehearsal calls running now and the
+most ever running at once).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 import uvicorn
@@ -76,13 +82,60 @@ async def wait_for_disconnect(request: Request) -> None:
         message = await request.receive()
 
 
+def acting(body: dict[str, Any], model: str) -> bytes:
+    """``n`` choices, choice ``i`` calling the first tool with ``{"key": i}``."""
+    name = body["tools"][0]["function"]["name"]
+    choices = [
+        {
+            "index": i,
+            "message": {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{i}", "type": "function",
+                 "function": {"name": name, "arguments": orjson.dumps({"key": i}).decode()}},
+            ]},
+            "finish_reason": "tool_calls",
+        }
+        for i in range(body.get("n") or 1)
+    ]  # fmt: skip
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    return orjson.dumps({"id": "chatcmpl-double", "object": "chat.completion", "created": 0,
+                         "model": model, "choices": choices, "usage": usage})  # fmt: skip
+
+
+def is_rehearsal_call(body: dict[str, Any]) -> bool:
+    first = (body.get("messages") or [{}])[0]
+    return first.get("role") == "system" and "execution_result" in str(first.get("content"))
+
+
 def build_app(mode: str, model: str = MODEL) -> Starlette:
     running = 0
+    imagining = peak = 0
+
+    async def imagine(request: Request, seconds: float) -> Response:
+        nonlocal running, imagining, peak
+        running += 1
+        imagining += 1
+        peak = max(peak, imagining)
+        try:
+            await asyncio.wait_for(wait_for_disconnect(request), seconds)
+        except TimeoutError:
+            text = '<execution_result>{"found": true}</execution_result>'
+            return Response(completion(text, model), media_type="application/json")
+        finally:
+            running -= 1
+            imagining -= 1
+        return Response(b"", 499)
 
     async def chat(request: Request) -> Response:
         nonlocal running
         raw = await request.body()
-        stream = bool(orjson.loads(raw).get("stream"))
+        body = orjson.loads(raw)
+        stream = bool(body.get("stream"))
+        if mode.startswith("imagine:"):
+            if body.get("tools"):
+                return Response(acting(body, model), media_type="application/json")
+            if is_rehearsal_call(body):
+                return await imagine(request, float(mode.split(":", 1)[1]))
+            return Response(completion("plain", model), media_type="application/json")
         if mode.startswith("status:"):
             code = int(mode.split(":", 1)[1])
             error = {"message": f"double says {code}", "type": "BadRequestError", "code": code}
@@ -138,6 +191,7 @@ def build_app(mode: str, model: str = MODEL) -> Starlette:
     async def metrics(request: Request) -> Response:
         text = f'vllm:num_requests_running{{model_name="{MODEL}"}} {running}\n'
         text += f'vllm:num_requests_waiting{{model_name="{MODEL}"}} 0\n'
+        text += f"double_rehearsal_running {imagining}\ndouble_rehearsal_peak {peak}\n"
         return Response(text, media_type="text/plain")
 
     async def models(request: Request) -> Response:

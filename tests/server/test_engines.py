@@ -6,20 +6,22 @@ import asyncio
 
 import pytest
 
+from server.engines.engine import rehearsal_slots
 from server.engines.pool import Engine, EnginePool, Probe, affinity_key
 from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
-from server.settings import EngineSpec
+from server.settings import ALL_ROLES, EngineSpec, Role
 from server.telemetry.metrics import GatewayMetrics
 
 
-def make_pool(count: int = 3, limit: int = 2, **options: object) -> EnginePool:
+def make_pool(count: int = 3, limit: int = 2, share: float = 1.0, **options: object) -> EnginePool:
     specs = [
         EngineSpec(url=f"http://e{i}:80/v1", name=f"e{i}", model="m", **options)  # type: ignore[arg-type]
         for i in range(count)
     ]
     pool = EnginePool.from_specs(
-        specs, GatewayMetrics(), default_concurrency=limit, aliases={"pub": "m"}, queue_timeout=0.2
-    )
+        specs, GatewayMetrics(), default_concurrency=limit, aliases={"pub": "m"},
+        queue_timeout=0.2, rehearsal_share=share,
+    )  # fmt: skip
     for engine in pool.engines:
         pool.apply(engine, Probe(healthy=True))
     return pool
@@ -111,7 +113,7 @@ async def test_full_pool_waits_for_a_slot_then_times_out() -> None:
     waiter = asyncio.create_task(pool.acquire("act", "m", b"late"))
     await asyncio.sleep(0.02)
     assert not waiter.done()
-    pool.release(held[0])
+    pool.release(held[0], "act")
     assert await asyncio.wait_for(waiter, 1) is held[0]
     with pytest.raises(EngineOverloaded):
         await pool.acquire("act", "m", b"later")
@@ -136,7 +138,7 @@ async def test_waiters_woken_together_never_exceed_the_concurrency_limit() -> No
         acquired = await pool.acquire("act", "m", key)
         peak = max(peak, acquired.in_flight)
         await asyncio.sleep(0.005)
-        pool.release(acquired)
+        pool.release(acquired, "act")
 
     await asyncio.gather(*(one_call(f"k{i}".encode()) for i in range(6)))
     assert peak == 1
@@ -168,3 +170,94 @@ async def test_replacing_a_group_keeps_members_and_moves_only_departed_sessions(
 
 async def _healthy() -> Probe:
     return Probe(healthy=True, models=("m",))
+
+
+@pytest.mark.parametrize(
+    ("limit", "share", "roles", "slots"),
+    [
+        pytest.param(8, 0.5, ALL_ROLES, 4, id="half-of-8"),
+        pytest.param(100, 0.29, ALL_ROLES, 29, id="rounding-error-not-a-slot-less"),
+        pytest.param(10, 0.25, ALL_ROLES, 2, id="rounded-down"),
+        pytest.param(1, 0.5, ALL_ROLES, 1, id="at-least-one"),
+        pytest.param(8, 1.0, ALL_ROLES, 8, id="no-reservation"),
+        pytest.param(8, 0.5, frozenset({"rehearse"}), 8, id="rehearsal-only-engine-keeps-all"),
+    ],
+)
+def test_rehearsal_share_of_an_engines_slots(
+    limit: int, share: float, roles: frozenset[Role], slots: int
+) -> None:
+    """Rehearsal's slots: the share rounded down, at least one, all where nothing real runs."""
+    assert rehearsal_slots(EngineSpec(url="http://e:80", roles=roles), limit, share) == slots
+    pool = make_pool(count=1, limit=limit, share=share, roles=roles)
+    assert pool.engines[0].rehearse_limit == slots
+
+
+async def test_rehearsal_calls_leave_the_reserved_slots_to_real_work() -> None:
+    """At share 0.5 of 4 slots rehearsal holds 2 and waits; acting calls take the other 2."""
+    pool = make_pool(count=1, limit=4, share=0.5)
+    engine = pool.engines[0]
+    imagining = [await pool.acquire("rehearse", "m", f"r{i}".encode()) for i in range(2)]
+    third = asyncio.create_task(pool.acquire("rehearse", "m", b"r2"))
+    await asyncio.sleep(0.02)
+    assert not third.done()
+    acting = [await pool.acquire("act", "m", f"a{i}".encode(), within=0.05) for i in range(2)]
+    assert (engine.in_flight, engine.rehearse_in_flight) == (4, 2)
+    pool.release(acting[0], "act")  # a real slot freed: still not rehearsal's
+    await asyncio.sleep(0.02)
+    assert not third.done()
+    pool.release(imagining[0], "rehearse")  # one of rehearsal's own: the waiter takes it
+    assert await asyncio.wait_for(third, 1) is engine
+    assert (engine.in_flight, engine.rehearse_in_flight) == (3, 2)
+    for held, role in (
+        (imagining[1], "rehearse"),
+        (third.result(), "rehearse"),
+        (acting[1], "act"),
+    ):
+        pool.release(held, role)  # type: ignore[arg-type]
+    assert (engine.in_flight, engine.rehearse_in_flight) == (0, 0)
+
+
+async def test_a_freed_slot_goes_to_waiting_real_work_before_an_earlier_rehearsal_call() -> None:
+    """A rehearsal call that began to wait first still lets a waiting acting call in first."""
+    pool = make_pool(count=1, limit=2)  # no reservation: only the wake-up order is tested
+    pool.queue_timeout = 5.0
+    held = [await pool.acquire("act", "m", b"a0"), await pool.acquire("rehearse", "m", b"r0")]
+    rehearsal = asyncio.create_task(pool.acquire("rehearse", "m", b"r1"))
+    await asyncio.sleep(0.01)
+    real = asyncio.create_task(pool.acquire("act", "m", b"a1"))
+    await asyncio.sleep(0.01)
+    pool.release(held[0], "act")
+    assert await asyncio.wait_for(real, 1) is pool.engines[0]
+    await asyncio.sleep(0.02)
+    assert not rehearsal.done()  # the engine is full again: the rehearsal call waits on
+    pool.release(held[1], "rehearse")
+    assert await asyncio.wait_for(rehearsal, 1) is pool.engines[0]
+
+
+async def test_rehearsal_is_not_held_back_by_real_work_waiting_for_another_model() -> None:
+    """Only acting calls that could use the engine keep a rehearsal call out of its free slot."""
+    specs = [EngineSpec(url="http://a:80", name="a", model="m"),
+             EngineSpec(url="http://b:80", name="b", model="other")]  # fmt: skip
+    pool = EnginePool.from_specs(
+        specs, GatewayMetrics(), default_concurrency=1, aliases={}, queue_timeout=5.0
+    )
+    for engine in pool.engines:
+        pool.apply(engine, Probe(healthy=True))
+    busy = await pool.acquire("act", "m", b"a0")
+    waiting = asyncio.create_task(pool.acquire("act", "m", b"a1"))  # only engine a serves "m"
+    await asyncio.sleep(0.01)
+    assert (await pool.acquire("rehearse", "other", b"r", within=0.05)).name == "b"
+    pool.release(busy, "act")
+    assert (await asyncio.wait_for(waiting, 1)).name == "a"
+
+
+async def test_rehearsal_call_without_a_slot_in_time_is_overloaded_and_frees_nothing() -> None:
+    """A rehearsal call finding no slot within its bound gets EngineOverloaded; counts unchanged."""
+    pool = make_pool(count=1, limit=2, share=0.5)
+    engine = pool.engines[0]
+    held = await pool.acquire("rehearse", "m", b"r0")
+    with pytest.raises(EngineOverloaded):
+        await pool.acquire("rehearse", "m", b"r1", within=0.05)
+    assert (engine.in_flight, engine.rehearse_in_flight) == (1, 1)
+    pool.release(held, "rehearse")
+    assert (engine.in_flight, engine.rehearse_in_flight, pool._waiting_work) == (0, 0, [])
