@@ -14,11 +14,17 @@ the engine serves in arrival order). Then:
    read from its ``/metrics`` before and after the overlap rounds (every prompt token the engine
    saw, all roles), and the gateway's per-role figure for the rehearsal role (vLLM's
    ``usage.prompt_tokens_details.cached_tokens`` summed over imagination calls).
-3. **Priorities** — p50 latency of plain pass-through requests sent one at a time: alone, then
-   under concurrent K = 4 rehearsal traffic through the fcfs gateway, then through the priority
-   gateway, phases interleaved.
+3. **Priorities and the reservation** — p50 latency of plain pass-through requests sent one at a
+   time: alone, then under concurrent K = 4 rehearsal traffic through each gateway in turn,
+   phases interleaved: ``fcfs`` and ``priority`` with every engine slot open to rehearsal
+   (``RGW_REHEARSAL_ENGINE_SHARE=1``), and both again for each ``--share`` that rehearsal-role
+   calls are held to (``RGW_ENGINE_MAX_CONCURRENCY`` set to ``--max-num-seqs``, so the share is
+   a share of vLLM's batch). Beside each: what it cost the load's own rehearsals (how many ran,
+   their median wall time, how many degraded) and how many requests vLLM preempted meanwhile
+   (``vllm:num_preemptions``).
 
-    python -m benchmarks.rehearsal_vllm [--rounds 3] [--plain 8] [--load 4] [--json PATH]
+    python -m benchmarks.rehearsal_vllm [--rounds 3] [--plain 8] [--load 4]
+                                        [--share 0.5 [--share 0.25 …]] [--json PATH]
 """
 
 from __future__ import annotations
@@ -138,52 +144,114 @@ async def plain_latencies(url: str, count: int, seed: int) -> list[float]:
         return [(await post(client, plain_body(seed + i)))[0] for i in range(count)]
 
 
-async def under_load(url: str, plain: int, load: int, seed: int) -> list[float]:
-    """Plain requests one at a time while ``load`` clients keep K=4 rehearsals in flight."""
+def preemptions(engine: Proc) -> float:
+    """vLLM's ``vllm:num_preemptions`` so far (requests pushed out of its running batch)."""
+    total = 0.0
+    for line in httpx.get(engine.url + "/metrics", timeout=10).text.splitlines():
+        if line.split("{", 1)[0].split(" ", 1)[0] in ("vllm:num_preemptions_total",
+                                                      "vllm:num_preemptions"):  # fmt: skip
+            total += float(line.rsplit(" ", 1)[-1])
+    return total
+
+
+async def under_load(url: str, plain: int, load: int, seed: int) -> tuple[list[float], list[Any]]:
+    """Plain requests one at a time while ``load`` clients keep K=4 rehearsals in flight.
+
+    Returns the plain latencies and, per rehearsal of the load (those in flight when the plain
+    requests are done finish too), its wall time and whether it degraded.
+    """
     stop = asyncio.Event()
+    rehearsals: list[Any] = []
 
     async def rehearse_forever(worker: int) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=300) as client:
             i = 0
             while not stop.is_set():
-                await post(client, rehearsal_body(4, seed + 1000 * worker + i))
+                elapsed, answer = await post(client, rehearsal_body(4, seed + 1000 * worker + i))
+                rehearsals.append((elapsed, bool(answer["rehearsal"]["degraded"])))
                 i += 1
 
     workers = [asyncio.create_task(rehearse_forever(w)) for w in range(load)]
     await asyncio.sleep(1.0)  # let the rehearsal traffic fill the engine's queue
     try:
-        return await plain_latencies(url, plain, seed)
+        times = await plain_latencies(url, plain, seed)
     finally:
         stop.set()
         await asyncio.gather(*workers)
+    return times, rehearsals
 
 
-async def priorities(gateways: dict[str, Proc], args: argparse.Namespace) -> dict[str, Any]:
-    samples: dict[str, list[float]] = {"alone": [], "fcfs": [], "priority": []}
+def loaded_phases(shares: list[float]) -> list[str]:
+    """The gateways the load runs through: every slot open to rehearsal, then each share."""
+    names = ["fcfs", "priority"]
+    for share in shares:
+        names += [f"fcfs@{share:g}", f"priority@{share:g}"]
+    return names
+
+
+async def priorities(gateways: dict[str, Proc], engine: Proc, args: argparse.Namespace) -> Any:
+    loaded = loaded_phases(args.share)
+    samples: dict[str, list[float]] = {"alone": [], **{name: [] for name in loaded}}
+    load: dict[str, list[Any]] = {name: [] for name in samples}
+    pushed: dict[str, float] = dict.fromkeys(samples, 0.0)
     for round_ in range(args.priority_rounds):
         seed = 5000 + 100 * round_
         samples["alone"] += await plain_latencies(gateways["priority"].url, args.plain, seed)
-        order = ("fcfs", "priority") if round_ % 2 == 0 else ("priority", "fcfs")
-        for name in order:
-            samples[name] += await under_load(gateways[name].url, args.plain, args.load, seed)
+        shift = round_ % len(loaded)  # each round starts the rotation one phase later
+        for name in loaded[shift:] + loaded[:shift]:
+            before = preemptions(engine)
+            times, rehearsals = await under_load(gateways[name].url, args.plain, args.load, seed)
+            pushed[name] += preemptions(engine) - before
+            samples[name] += times
+            load[name] += rehearsals
     alone = statistics.median(samples["alone"])
     return {
         name: {
             "p50_ms": statistics.median(values) * 1000,
+            "p90_ms": (statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0])
+            * 1000,
             "vs_alone": statistics.median(values) / alone,
             "n": len(values),
+            "load_rehearsals": len(load[name]),
+            "load_p50_s": statistics.median([t for t, _ in load[name]]) if load[name] else 0.0,
+            "load_degraded": sum(degraded for _, degraded in load[name]),
+            "vllm_preemptions": pushed[name],
         }
         for name, values in samples.items()
     }
 
 
-def start_gateway(engine: Proc, scheduling: str, workdir: Path) -> Proc:
+def start_gateway(
+    engine: Proc, name: str, workdir: Path, *, scheduling: str, env: dict[str, str]
+) -> Proc:
     port = free_port()
     return start_http_server(
         cli_argv("serve", "--port", str(port), "--engine", engine.url + "/v1",
                  "--engine-scheduling", scheduling, "--log-level", "warning"),
-        port=port, log_path=workdir / f"gateway-{scheduling}.log",
+        port=port, log_path=workdir / f"gateway-{name.replace('@', '-')}.log", env=env,
     )  # fmt: skip
+
+
+def gateway_configs(args: argparse.Namespace) -> dict[str, tuple[str, dict[str, str]]]:
+    """Each gateway's scheduling and settings: ``fcfs``/``priority``, then ``…@share``."""
+    configs = {name: (name, {"RGW_REHEARSAL_ENGINE_SHARE": "1"}) for name in ("priority", "fcfs")}
+    for share in args.share:
+        held = {"RGW_REHEARSAL_ENGINE_SHARE": str(share),
+                "RGW_ENGINE_MAX_CONCURRENCY": str(args.max_num_seqs)}  # fmt: skip
+        for scheduling in ("fcfs", "priority"):
+            configs[f"{scheduling}@{share:g}"] = (scheduling, held)
+    return configs
+
+
+def phase_label(name: str, max_num_seqs: int) -> str:
+    if name == "alone":
+        return "alone"
+    scheduling, _, share = name.partition("@")
+    label = "no priorities" if scheduling == "fcfs" else "rehearsal at priority 10"
+    if not share:
+        return f"under rehearsal load, {label}"
+    held = int(max_num_seqs * float(share) + 1e-9)
+    return f"same load, rehearsal held to {held} of {max_num_seqs} slots, {label}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,11 +261,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", type=int, default=4, help="concurrent rehearsal clients")
     parser.add_argument("--priority-rounds", type=int, default=2)
     parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument(
+        "--share", type=float, action="append",
+        help="rehearsal's share of the engine's slots, one loaded phase pair each (default 0.5)",
+    )  # fmt: skip
     # The rehearsal role asks for up to 2048 tokens, cut at the context's end. A context much
     # shorter than 2048 no longer holds the imagination prompt: those calls fail and degrade.
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--json", help="also write the figures as JSON to this path")
     args = parser.parse_args(argv)
+    args.share = args.share or [0.5]
     with tempfile.TemporaryDirectory(prefix="rgw-rehearsal-vllm-") as tmp:
         workdir = Path(tmp)
         flags = ["--scheduling-policy", "priority", "--max-num-seqs", str(args.max_num_seqs),
@@ -205,10 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         engine = start_vllm(workdir / "vllm.log", flags)
         gateways: dict[str, Proc] = {}
         try:
-            for scheduling in ("priority", "fcfs"):
-                gateways[scheduling] = start_gateway(engine, scheduling, workdir)
+            for name, (scheduling, env) in gateway_configs(args).items():
+                gateways[name] = start_gateway(
+                    engine, name, workdir, scheduling=scheduling, env=env
+                )
             lap = asyncio.run(overlap(gateways["priority"], engine, args.rounds))
-            waits = asyncio.run(priorities(gateways, args))
+            waits = asyncio.run(priorities(gateways, engine, args))
         finally:
             for gateway in gateways.values():
                 gateway.stop()
@@ -226,11 +301,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{lap['vllm_prefix_queries']:.0f} prompt tokens (vllm:prefix_cache_hits / queries; "
           "target ≥ 80%); rehearsal-role calls alone: "
           f"{lap['rehearse_cached_share']:.1%}")  # fmt: skip
-    print("\n| plain pass-through requests | p50 ms | × alone | requests |\n|---|---:|---:|---:|")
-    labels = {"alone": "alone", "fcfs": "under rehearsal load, no priorities",
-              "priority": "under rehearsal load, rehearsal at priority 10"}  # fmt: skip
+    print("\n| plain pass-through requests (max_tokens 16), one at a time | p50 ms | p90 ms "
+          "| × alone | requests | load: rehearsals, p50 s, degraded | vLLM preemptions |\n"
+          "|---|---:|---:|---:|---:|---:|---:|")  # fmt: skip
     for name, row in waits.items():
-        print(f"| {labels[name]} | {row['p50_ms']:.0f} | {row['vs_alone']:.2f} | {row['n']} |")
+        tally = ""
+        if name != "alone":
+            tally = (f"{row['load_rehearsals']}, {row['load_p50_s']:.1f} s, "
+                     f"{row['load_degraded']}")  # fmt: skip
+        print(f"| {phase_label(name, args.max_num_seqs)} | {row['p50_ms']:.0f} "
+              f"| {row['p90_ms']:.0f} | {row['vs_alone']:.2f} | {row['n']} | {tally} "
+              f"| {row['vllm_preemptions']:.0f} |")  # fmt: skip
     if args.json:
         Path(args.json).write_bytes(orjson.dumps({"overlap": lap, "priorities": waits}))
     return 0
