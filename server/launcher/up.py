@@ -47,6 +47,7 @@ ENVACE_FLAGS = (
 )
 # Set by `up` itself: a second copy among the pass-through flags would break the wiring.
 RESERVED_FLAGS = ("--host", "--port", "--served-model-name")
+MAX_NUM_SEQS = "--max-num-seqs"
 STOP_GRACE_S = 15.0
 START_TIMEOUT_S = 1200.0  # an 8B model loads in minutes; a first download can take longer
 INSTALL_HINT = (
@@ -163,15 +164,42 @@ def _extra_vllm_args(args: argparse.Namespace) -> list[str]:
     return extra
 
 
+def batch_slots(extra: list[str], default: int, workers: int = 1) -> tuple[int, tuple[str, ...]]:
+    """Each gateway worker's slots per engine, and the vLLM flags (none when the user set them).
+
+    The workers' slots per engine (``max_concurrency`` each) must add up to vLLM's
+    ``--max-num-seqs`` for ``RGW_REHEARSAL_ENGINE_SHARE`` to be a share of the engine's batch: a
+    ``--max-num-seqs`` among the vLLM arguments is split between the workers, else vLLM is given
+    the workers' ``RGW_ENGINE_MAX_CONCURRENCY`` (``default``) each. The gateway never has more
+    calls than that in flight on one engine, so a larger vLLM batch would stay unused.
+    """
+    for index, arg in enumerate(extra):
+        value = None
+        if arg == MAX_NUM_SEQS:
+            value = extra[index + 1] if index + 1 < len(extra) else ""
+        elif arg.startswith(MAX_NUM_SEQS + "="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            if not value.isdigit() or int(value) < 1:
+                raise UsageError(f"{MAX_NUM_SEQS} must be a positive integer, got {value!r}")
+            return max(1, int(value) // workers), ()
+    return default, (MAX_NUM_SEQS, str(default * workers))
+
+
 def _vllm_argv(
-    args: argparse.Namespace, vllm: str, port: int, extra: list[str], scheduling: str
+    args: argparse.Namespace,
+    vllm: str,
+    port: int,
+    extra: list[str],
+    scheduling: str,
+    batch: tuple[str, ...],
 ) -> tuple[str, ...]:
     from server.launcher.processes import ENGINE_HOST
 
     # The gateway's RGW_ENGINE_SCHEDULING says how the engines schedule: they must agree.
     policy = ("--scheduling-policy", "priority") if scheduling == "priority" else ()
     return (vllm, "serve", args.model, "--host", ENGINE_HOST, "--port", str(port),
-            "--served-model-name", args.served_model_name, *ENVACE_FLAGS, *policy,
+            "--served-model-name", args.served_model_name, *batch, *ENVACE_FLAGS, *policy,
             *extra)  # fmt: skip
 
 
@@ -234,7 +262,7 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     """Start the engines, wait for their health, serve the gateway; stop everything after."""
-    from server.launcher.processes import EnginePlan, engine_url, free_ports
+    from server.launcher.processes import EnginePlan, free_ports
 
     try:
         vllm = find_vllm(args.vllm)
@@ -243,12 +271,12 @@ def run(args: argparse.Namespace) -> int:
         args.served_model_name = args.served_model_name or Path(args.model.rstrip("/")).name
         ports = free_ports(len(gpus))
         names = [f"engine{index}" for index in range(len(gpus))]
-        specs = [
-            f"{engine_url(port)},name={name},model={args.served_model_name}"
-            for name, port in zip(names, ports, strict=True)
-        ]
-        args.engine = [*specs, *(args.engine or [])]
-        scheduling = _check_gateway(args).engine_scheduling
+        others = list(args.engine or [])
+        args.engine = [*_engine_specs(names, ports, args.served_model_name, None), *others]
+        settings = _check_gateway(args)
+        slots, batch = batch_slots(extra, settings.engine_max_concurrency, settings.workers)
+        args.engine = [*_engine_specs(names, ports, args.served_model_name, slots), *others]
+        scheduling = settings.engine_scheduling
         log_dir = _log_dir(args.log_dir)
     except UsageError as exc:
         print(f"rehearsal-gateway up: {exc}", file=sys.stderr)
@@ -258,13 +286,24 @@ def run(args: argparse.Namespace) -> int:
             name,
             port,
             gpu,
-            _vllm_argv(args, vllm, port, extra, scheduling),
+            _vllm_argv(args, vllm, port, extra, scheduling, batch),
             log_dir / f"{name}.log",
         )
         for name, port, gpu in zip(names, ports, gpus, strict=True)
     ]
     print(f"rehearsal-gateway up: {len(plans)} engine(s) for {args.model}, logs in {log_dir}")
     return _run_engines(args, plans)
+
+
+def _engine_specs(names: list[str], ports: list[int], model: str, slots: int | None) -> list[str]:
+    """The gateway's ``--engine`` entries for the engines ``up`` starts."""
+    from server.launcher.processes import engine_url
+
+    cap = "" if slots is None else f",max_concurrency={slots}"
+    return [
+        f"{engine_url(port)},name={name},model={model}{cap}"
+        for name, port in zip(names, ports, strict=True)
+    ]
 
 
 def _log_dir(flag: str | None) -> Path:
