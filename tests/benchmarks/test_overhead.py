@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,18 +36,24 @@ def test_agent_body_is_a_realistic_agent_turn() -> None:
     assert len(set(agent)) == len(agent)  # every body differs
 
 
+def run_overhead(
+    tmp_path: Path, timeout: int, *args: str
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """One round of ``benchmarks.overhead ARGS``: what it printed, and the rows of its JSON."""
+    out = tmp_path / "overhead.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.overhead", "--rounds", "1", *args, "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, json.loads(out.read_text())
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_tiny_run_prints_every_front(tmp_path: Path) -> None:
     """Both profiles × 1 and 2 clients × three fronts; JSON agrees; ratio is gateway/router."""
-    out = tmp_path / "overhead.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.overhead", "--rounds", "1", "--requests", "30",
-         "--clients", "1", "2", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=170, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = json.loads(out.read_text())
+    done, rows = run_overhead(tmp_path, 170, "--requests", "30", "--clients", "1", "2")
     printed = {(p, int(c), front) for p, _, c, front in ROW.findall(done.stdout)}
     fronts = {"direct", "vllm-router", "gateway"}
     assert printed == {(p, c, f) for p in ("small", "agent") for c in (1, 2) for f in fronts}
@@ -68,14 +75,10 @@ def test_tiny_run_prints_every_front(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_the_python_floor_is_a_fourth_front(tmp_path: Path) -> None:
     """--floor: the bare relay answers every request as the others do, and gets its own ratio."""
-    out = tmp_path / "overhead.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.overhead", "--rounds", "1", "--requests", "20",
-         "--clients", "2", "--profiles", "agent", "--floor", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=110, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    (row,) = json.loads(out.read_text())
+    done, rows = run_overhead(
+        tmp_path, 110, "--requests", "20", "--clients", "2", "--profiles", "agent", "--floor"
+    )
+    (row,) = rows
     floor, router = row["fronts"]["python floor"], row["fronts"]["vllm-router"]
     assert floor["requests"] == 20
     assert floor["errors"] == 0
