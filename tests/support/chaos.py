@@ -62,6 +62,7 @@ class ChaosProxy:
     _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _server: asyncio.Server | None = None
     _writers: set[asyncio.StreamWriter] = field(default_factory=set)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _thread: threading.Thread | None = None
     requests: int = 0
 
@@ -102,12 +103,22 @@ class ChaosProxy:
     # ---- inside the proxy's loop
 
     async def _shutdown(self) -> None:
-        """Stop listening and end every connection's task, so none outlives the loop."""
+        """Stop listening and end every connection and its task, so none outlives the loop.
+
+        A connection accepted just before the listener closed is still being set up by asyncio's
+        own task: that task is let finish (cancelled, it would leak its socket), which registers
+        the connection (``_accept``), and then every connection is closed and its task ended.
+        """
         await self._switch("refuse")
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        while accepting := [t for t in asyncio.all_tasks() if _accepting(t)]:
+            await asyncio.wait(accepting)
+        for writer in list(self._writers):
+            _abort(writer)
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.sleep(0)  # aborted transports release their sockets on the next turn
 
     async def _set_reset(self, count: int) -> None:
         self.reset_next = count
@@ -115,7 +126,7 @@ class ChaosProxy:
     async def _listen(self) -> None:
         if self._server is None:
             self._server = await asyncio.start_server(
-                self._serve, "127.0.0.1", self.port, reuse_address=True
+                self._accept, "127.0.0.1", self.port, reuse_address=True
             )
 
     async def _switch(self, fault: str) -> None:
@@ -130,8 +141,15 @@ class ChaosProxy:
         else:
             await self._listen()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Known from the moment it is accepted, so that a switch or the shutdown closes it even
+        # if its task is cancelled before it first runs.
         self._writers.add(writer)
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._tasks.add(task)  # the loop holds tasks weakly
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         try:
             while True:
@@ -192,6 +210,11 @@ class ChaosProxy:
                 await writer.drain()
             sent += len(piece)
         return True
+
+
+def _accepting(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` is asyncio's own, setting up a connection its server just accepted."""
+    return getattr(task.get_coro(), "__name__", "") == "_accept_connection2"
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:
