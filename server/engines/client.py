@@ -143,16 +143,18 @@ class EngineClient:
         self.metrics = metrics
         self.probe_timeout = probe_timeout
         self.waits = waits or Waits()
-        # A whole answer's wait is bounded by ``asyncio.timeout``, not a per-read timeout.
+        # A whole answer's wait is bounded by ``asyncio.timeout``, not a per-read timeout. No
+        # pool bound either: aiohttp bounds "a pooled connection or a new socket" as one and
+        # raises what a socket that will not connect raises, so a wait for a busy engine's
+        # connection read as an unreachable engine (a 503 and a strike toward ejection). The
+        # call's own bound covers that wait; only the socket connect is bounded on its own.
         base = http.timeout
-        self._whole = httpx.Timeout(
-            connect=base.connect, read=None, write=base.write, pool=base.pool
-        )
+        self._whole = httpx.Timeout(connect=base.connect, read=None, write=base.write, pool=None)
         self._first = httpx.Timeout(
-            connect=base.connect, read=self.waits.first_byte, write=base.write, pool=base.pool
+            connect=base.connect, read=self.waits.first_byte, write=base.write, pool=None
         )
         # The same bounds in aiohttp's words, as httpx_aiohttp passes them on.
-        self._aiohttp_whole = aiohttp.ClientTimeout(sock_connect=base.connect, connect=base.pool)
+        self._aiohttp_whole = aiohttp.ClientTimeout(sock_connect=base.connect)
         self._aiohttp: aiohttp.ClientSession | None = None
         self._looked_up = False
 

@@ -29,6 +29,8 @@ from server.telemetry.metrics import GatewayMetrics
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
 ANSWER = b'{"id":"c","object":"chat.completion","choices":[],"usage":null}'
+STREAM = b"data: {}\n\ndata: [DONE]\n\n"
+JSON_KIND = b"application/json"
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
 
@@ -54,9 +56,9 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
     return head + await reader.readexactly(length)
 
 
-def keep_alive_answer(body: bytes = ANSWER) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-    return head % len(body) + body
+def keep_alive_answer(body: bytes = ANSWER, kind: bytes = JSON_KIND) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
+    return head % (kind, len(body)) + body
 
 
 def client_for(**settings: object) -> EngineClient:
@@ -207,6 +209,52 @@ async def test_a_refused_engine_is_unavailable() -> None:
     with pytest.raises(EngineUnavailable):
         await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
     await client.http.aclose()
+
+
+async def test_waiting_for_a_pooled_connection_is_not_an_unreachable_engine() -> None:
+    """More calls than pooled connections wait for one (within their own bound), whole and streamed.
+
+    aiohttp bounds "a pooled connection or a new socket" with one timeout and raises the same
+    error as a socket that will not connect; read as such, a busy engine became "unreachable"
+    (503, and a strike toward passive ejection). Only the socket connect has its own bound.
+    """
+    calls = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal calls
+        while not reader.at_eof():
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                break
+            calls += 1
+            await asyncio.sleep(0.5)
+            writer.write(
+                keep_alive_answer(
+                    STREAM if calls > 6 else ANSWER,
+                    kind=b"text/event-stream" if calls > 6 else JSON_KIND,
+                )
+            )
+            await writer.drain()
+        writer.close()
+
+    # One slot per engine: (1 + 4) pooled connections, so the sixth call waits ~0.5 s for one.
+    client = client_for(engine_max_concurrency=1, queue_timeout=0.1, connect_timeout=0.1)
+    async with raw_engine(handler) as port:
+        target = engine(f"http://127.0.0.1:{port}/v1")
+        whole = [client.chat(target, BODY, "act", bound_s=5) for _ in range(6)]
+        assert await asyncio.gather(*whole) == [ANSWER] * 6
+
+        async def streamed() -> bytes:
+            stream = await client.open_stream(target, BODY, "act", bound_s=5)
+            try:
+                return stream.first + b"".join([part async for part in stream.rest()])
+            finally:
+                await stream.aclose()
+
+        assert await asyncio.gather(*(streamed() for _ in range(6))) == [STREAM] * 6
+    await client.http.aclose()
+    assert calls == 12
 
 
 @pytest.fixture
