@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -72,6 +72,24 @@ DEGRADED_REASONS = ("deadline", "engine_error", "store_unavailable")
 REHEARSED_MODES = ("parallel", "sequential")
 
 
+_Family = Counter | Histogram
+
+
+class _InFlight:
+    """The in-flight gauge up for a ``with`` block (a class: ~3x cheaper than a generator's)."""
+
+    __slots__ = ("gauge",)
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.gauge = gauge
+
+    def __enter__(self) -> None:
+        self.gauge.inc()
+
+    def __exit__(self, *exc: object) -> None:
+        self.gauge.dec()
+
+
 class GatewayMetrics:
     """The gateway's metric families and the few operations that record them."""
 
@@ -87,6 +105,7 @@ class GatewayMetrics:
         # In multiprocess mode values live in files; the registry only collects for one worker.
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
+        self._children: dict[tuple[_Family, tuple[str, ...]], Any] = {}
 
         self.requests = Counter(
             PREFIX + "requests",
@@ -289,34 +308,43 @@ class GatewayMetrics:
 
     # ---- requests
 
-    @contextmanager
-    def track_in_flight(self) -> Iterator[None]:
-        """Count a request as in flight for the duration of the block."""
-        self.in_flight.inc()
-        try:
-            yield
-        finally:
-            self.in_flight.dec()
+    def track_in_flight(self) -> _InFlight:
+        """Count a request as in flight for the duration of the ``with`` block."""
+        return _InFlight(self.in_flight)
+
+    def _child(self, family: _Family, *values: str) -> Any:
+        """``family.labels(*values)``, looked up once per label set.
+
+        prometheus_client's ``labels()`` checks its arguments, converts and joins them and
+        takes the family's lock on every call: seven calls were ~4% of a pass-through
+        request's CPU, a dict hit is a tenth of one. Counters and histograms only: their
+        series are never removed (the engine gauges are, ``forget_engine``).
+        """
+        key = (family, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*values)
+        return child
 
     def observe_request(self, mode: str, outcome: str, seconds: float) -> None:
         """One finished chat request."""
-        self.requests.labels(mode, outcome).inc()
-        self.request_seconds.labels(mode).observe(seconds)
+        self._child(self.requests, mode, outcome).inc()
+        self._child(self.request_seconds, mode).observe(seconds)
 
     def observe_relayed(self, route: str, outcome: str, seconds: float) -> None:
         """One finished request to a relayed vLLM route (``route`` is its path template)."""
-        self.relayed_requests.labels(route, outcome).inc()
-        self.relayed_seconds.labels(route).observe(seconds)
+        self._child(self.relayed_requests, route, outcome).inc()
+        self._child(self.relayed_seconds, route).observe(seconds)
 
     # ---- engines
 
     def observe_engine_call(self, engine: str, role: str, seconds: float) -> None:
         """One engine call that returned an answer (whatever its status)."""
-        self.engine_call_seconds.labels(engine, role).observe(seconds)
+        self._child(self.engine_call_seconds, engine, role).observe(seconds)
 
     def engine_error(self, engine: str, kind: str) -> None:
         """One failed engine call."""
-        self.engine_errors.labels(engine, kind).inc()
+        self._child(self.engine_errors, engine, kind).inc()
 
     def engine_state(self, engine: str, *, healthy: bool, queue_depth: float) -> None:
         """The outcome of one health check."""
@@ -347,57 +375,57 @@ class GatewayMetrics:
 
     def observe_fidelity(self, score: float, outcome: str) -> None:
         """How close the imagined result was to the real one; ``outcome`` is what was imagined."""
-        self.fidelity.labels(outcome.split(":", 1)[0]).observe(score)
+        self._child(self.fidelity, outcome.split(":", 1)[0]).observe(score)
 
     def observe_outcome_prediction(self, imagined_error: bool, real_error: bool) -> None:
         """Did imagination predict the real outcome (error vs success) of a committed call?"""
         imagined, real = ("error" if imagined_error else "ok"), ("error" if real_error else "ok")
-        self.outcome_predictions.labels(imagined, real).inc()
+        self._child(self.outcome_predictions, imagined, real).inc()
 
     def store_error(self, op: str) -> None:
-        self.store_errors.labels(op).inc()
+        self._child(self.store_errors, op).inc()
 
     def store_write(self, op: str, outcome: str) -> None:
-        self.store_writes.labels(op, outcome).inc()
+        self._child(self.store_writes, op, outcome).inc()
 
     def limited(self, limit: str) -> None:
-        self.rate_limited.labels(limit).inc()
+        self._child(self.rate_limited, limit).inc()
 
     def limit_failed_open(self) -> None:
         self.limits_failed_open.inc()
 
     def observe_overhead(self, mode: str, seconds: float) -> None:
-        self.overhead_seconds.labels(mode).observe(max(seconds, 0.0))
+        self._child(self.overhead_seconds, mode).observe(max(seconds, 0.0))
 
     def observe_rehearsal(self, result: RehearsalResult, degraded: str | None) -> None:
         """Everything one finished rehearsal says: phases, vetoes, early exit, tokens, faults."""
         mode = result.budget.mode
         timings = result.timings
-        self.rehearsal_seconds.labels(mode).observe((timings.act + timings.rehearse) / 1000.0)
+        self._child(self.rehearsal_seconds, mode).observe((timings.act + timings.rehearse) / 1000.0)
         if timings.commit or result.budget.commit == "select":
-            self.commit_seconds.labels(result.budget.commit).observe(timings.commit / 1000.0)
+            self._child(self.commit_seconds, result.budget.commit).observe(timings.commit / 1000.0)
         for trajectory in result.trajectories:
             for step in trajectory.steps:
                 for observation in step.observations:
                     if observation.verdict == "veto":
                         code = observation.code or "UNKNOWN"
-                        self.vetoes.labels(code, observation.source).inc()
+                        self._child(self.vetoes, code, observation.source).inc()
         for policy in result.trust.values():
-            self.trust_decisions.labels(policy).inc()
-        self.commits.labels(result.commit_path, result.commit_check).inc()
+            self._child(self.trust_decisions, policy).inc()
+        self._child(self.commits, result.commit_path, result.commit_check).inc()
         if result.early_exit is not None:
-            self.early_exits.labels(mode).inc()
+            self._child(self.early_exits, mode).inc()
         if degraded is not None:
-            self.degraded.labels(degraded).inc()
+            self._child(self.degraded, degraded).inc()
         for role, usage in result.tokens.items():
-            self.tokens.labels(role, "prompt").inc(usage.prompt)
-            self.tokens.labels(role, "completion").inc(usage.completion)
-            self.tokens.labels(role, "cached").inc(usage.cached)
+            self._child(self.tokens, role, "prompt").inc(usage.prompt)
+            self._child(self.tokens, role, "completion").inc(usage.completion)
+            self._child(self.tokens, role, "cached").inc(usage.cached)
 
     def observe_passthrough_usage(self, prompt: int, completion: int, cached: int) -> None:
-        self.tokens.labels("passthrough", "prompt").inc(prompt)
-        self.tokens.labels("passthrough", "completion").inc(completion)
-        self.tokens.labels("passthrough", "cached").inc(cached)
+        self._child(self.tokens, "passthrough", "prompt").inc(prompt)
+        self._child(self.tokens, "passthrough", "completion").inc(completion)
+        self._child(self.tokens, "passthrough", "cached").inc(cached)
 
     # ---- exposition
 

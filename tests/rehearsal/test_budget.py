@@ -48,6 +48,23 @@ def test_every_body_knob_is_accepted() -> None:
     assert got.to_dict() == {**body, "temperature": 1.0}
 
 
+@pytest.mark.parametrize(
+    "defaults",
+    [DEFAULTS, Budget(mode="off"), Budget(budget=0), Budget(mode="sequential", depth=3)],
+    ids=["parallel", "off", "budget-0", "sequential"],
+)
+def test_a_request_without_knobs_gets_what_an_empty_rehearsal_object_gets(
+    defaults: Budget,
+) -> None:
+    """The shortcut for knob-less requests resolves as the whole merge does, headers aside."""
+    whole = resolve_budget({}, None, defaults=defaults, caps=CAPS)
+    assert resolve_budget(None, None, defaults=defaults, caps=CAPS) == whole
+    unrelated = {"content-type": "application/json", "x-session-id": "s"}
+    assert resolve_budget(None, unrelated, defaults=defaults, caps=CAPS) == whole
+    knob = {"x-rehearsal-budget": "2"}  # a knob header, in any case, is no shortcut
+    assert resolve_budget(None, knob, defaults=defaults, caps=CAPS).budget == 2
+
+
 def test_budget_zero_turns_rehearsal_off() -> None:
     """``budget: 0`` means off whatever the mode says."""
     got = resolve({"mode": "parallel", "budget": 0})
