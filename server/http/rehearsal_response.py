@@ -57,7 +57,7 @@ class RehearsalResponse(Response):
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         try:
             with contextlib.suppress(ClientDisconnected):
-                await until_disconnect(receive, self._serve(send))
+                await until_disconnect(scope, receive, self._serve(send))
         finally:
             state = scope.setdefault("state", {})
             state[OUTCOME_STATE_KEY] = self.outcome

@@ -1,22 +1,26 @@
 """Getting answers to the client: SSE relay, JSON answers, and cancellation on disconnect.
 
 Uvicorn does not stop an app whose client went away (its ``send`` silently drops the bytes), so
-a watcher reads ``receive`` for ``http.disconnect`` and cancels the work in progress — the engine
-call or the stream relay — which closes the upstream connection and makes the engine abort the
-request. A stream is relayed chunk by chunk as the engine's socket delivers it, with no
-re-framing: the engine's SSE bytes, ``data: [DONE]`` included, are the client's SSE bytes (the
-engine client hands over whole events only). If the engine breaks after the first byte — a cut
-connection, a stream ended without ``[DONE]``, silence past ``RGW_CHUNK_TIMEOUT``, an engine that
-stopped answering, or the stream outrunning ``RGW_REQUEST_TIMEOUT`` — the client gets one SSE
-error event, on a line of its own, and ``[DONE]``.
+the work in progress — the engine call or the stream relay — is cancelled when the connection is
+lost, which closes the upstream connection and makes the engine abort the request. The
+gateway's own uvicorn protocol says so through the request's ``ClientGone``
+(``server/http/header_timeout.py``); under any other server a watcher task reads ``receive``
+for ``http.disconnect``.
+
+A stream is relayed chunk by chunk as the engine's socket delivers it, with no re-framing: the
+engine's SSE bytes, ``data: [DONE]`` included, are the client's SSE bytes (the engine client hands
+over whole events only). If the engine breaks after the first byte — a cut connection, a stream
+ended without ``[DONE]``, silence past ``RGW_CHUNK_TIMEOUT``, an engine that stopped answering, or
+the stream outrunning ``RGW_REQUEST_TIMEOUT`` — the client gets one SSE error event, on a line of
+its own, and ``[DONE]``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -25,6 +29,7 @@ from server.chat_call import JsonAnswer
 from server.engines.calls import StreamAnswer
 from server.engines.streams import DONE
 from server.errors import EngineError, EngineTimeout, sse_error_event
+from server.http.header_timeout import CLIENT_GONE_KEY
 
 T = TypeVar("T")
 
@@ -47,10 +52,31 @@ async def _watch_disconnect(receive: Receive, target: asyncio.Task[object]) -> N
             return
 
 
-async def until_disconnect(receive: Receive, work: Awaitable[T]) -> T:
+async def until_disconnect(scope: Scope, receive: Receive, work: Coroutine[Any, Any, T]) -> T:
     """Await ``work``; if the client disconnects first, cancel it and raise ClientDisconnected."""
     current = asyncio.current_task()
     assert current is not None  # always inside a request task
+    gone = scope.get(CLIENT_GONE_KEY)
+    if gone is None:
+        return await _watching_receive(receive, work, current)
+    if gone.fired:
+        work.close()
+        raise ClientDisconnected
+    gone.cancel_on_fire(current)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if gone.fired:
+            current.uncancel()
+            raise ClientDisconnected from None
+        raise
+    finally:
+        gone.forget(current)
+
+
+async def _watching_receive(
+    receive: Receive, work: Coroutine[Any, Any, T], current: asyncio.Task[Any]
+) -> T:
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, current))
     try:
         return await work
@@ -82,7 +108,7 @@ class StreamRelay(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             with contextlib.suppress(ClientDisconnected):
-                await until_disconnect(receive, self._pump(send))
+                await until_disconnect(scope, receive, self._pump(send))
         finally:
             await self.answer.close()
 

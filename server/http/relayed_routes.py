@@ -36,7 +36,7 @@ def _endpoint(route: RelayedRoute) -> Endpoint:
         work = RouteRelay(state.chat).relay(
             route, path, raw, session_id=request.headers.get("x-session-id")
         )
-        answer = await until_disconnect(request.receive, work)
+        answer = await until_disconnect(request.scope, request.receive, work)
         if isinstance(answer, StreamAnswer):
             return StreamRelay(answer)
         return json_response(answer)

@@ -70,7 +70,7 @@ async def create_response(request: Request) -> Response:
         tenant=tenant_of_request(request),
         headers=request.headers,
     )
-    answer = await until_disconnect(request.receive, state.responses.complete(call))
+    answer = await until_disconnect(request.scope, request.receive, state.responses.complete(call))
     setattr(request.state, MODE_STATE_KEY, answer.mode)
     if isinstance(answer, StreamAnswer):
         return StreamRelay(answer)
@@ -100,7 +100,7 @@ class ResponsesStream(Response):
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         try:
             with contextlib.suppress(ClientDisconnected):
-                await until_disconnect(receive, self._serve(send))
+                await until_disconnect(scope, receive, self._serve(send))
         finally:
             state = scope.setdefault("state", {})
             state[OUTCOME_STATE_KEY] = self.outcome

@@ -52,7 +52,7 @@ async def chat_completions(request: Request) -> Response:
     )
     if state.settings.log_content:
         setattr(request.state, CONTENT_STATE_KEY, call.body["messages"])
-    answer = await until_disconnect(request.receive, state.chat.complete(call))
+    answer = await until_disconnect(request.scope, request.receive, state.chat.complete(call))
     setattr(request.state, MODE_STATE_KEY, answer.mode)
     if isinstance(answer, StreamAnswer):
         return StreamRelay(answer)

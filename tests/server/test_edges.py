@@ -7,6 +7,7 @@ ends in bounded time with a clear answer or a closed connection, and none leaves
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -14,7 +15,8 @@ import time
 import httpx
 import pytest
 
-from server.http.header_timeout import HeadHeld
+from server.http.header_timeout import CLIENT_GONE_KEY, ClientGone, HeadHeld
+from server.http.relay import ClientDisconnected, until_disconnect
 from tests.server.conftest import metric_value
 
 BODY = b'{"model": "double-model", "messages": [{"role": "user", "content": "x"}]}'
@@ -195,3 +197,51 @@ def test_head_and_get_answers_on_one_keep_alive_connection(start_double, start_g
         answer = _read_all(sock)
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert answer.endswith(b'{"status":"ok"}')
+
+
+async def test_a_client_gone_before_the_work_starts_never_runs_it() -> None:
+    """The connection was lost before the route asked: the work is closed unrun, not awaited."""
+    ran: list[str] = []
+
+    async def work() -> str:
+        ran.append("work")
+        return "answer"
+
+    async def receive() -> dict[str, object]:
+        raise AssertionError("the signal answers, not receive")
+
+    gone = ClientGone()
+    gone.fire()
+    with pytest.raises(ClientDisconnected):
+        await until_disconnect({CLIENT_GONE_KEY: gone}, receive, work())
+    assert ran == []
+
+
+async def test_a_cancellation_that_is_not_the_clients_stays_a_cancellation() -> None:
+    """Work cancelled from elsewhere (shutdown) while the client is still there is not a
+    disconnect; a client gone mid-work is, and each task is only cancelled once."""
+    gone = ClientGone()
+    started = asyncio.Event()
+
+    async def work() -> str:
+        started.set()
+        await asyncio.sleep(10)
+        return "never"
+
+    async def receive() -> dict[str, object]:
+        raise AssertionError("the signal answers, not receive")
+
+    task = asyncio.create_task(until_disconnect({CLIENT_GONE_KEY: gone}, receive, work()))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gone.fire()  # the finished task left the signal: nothing is cancelled twice
+
+    other = ClientGone()
+    started.clear()
+    task = asyncio.create_task(until_disconnect({CLIENT_GONE_KEY: other}, receive, work()))
+    await started.wait()
+    other.fire()
+    with pytest.raises(ClientDisconnected):
+        await task

@@ -183,10 +183,15 @@ class ChaosProxy:
         except (ConnectionError, asyncio.IncompleteReadError, OSError):
             return
         finally:
-            self._writers.discard(writer)
             if upstream is not None:
-                upstream[1].close()
+                upstream[1].transport.abort()
+            # Closed gracefully (a truncated answer's bytes still reach the gateway), but known
+            # until closed: a close waits for unsent bytes, and a switch or the shutdown must
+            # still be able to end a connection whose peer stopped reading.
             writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+            self._writers.discard(writer)
 
     async def _answer(
         self, fault: str, upstream: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -74,9 +75,16 @@ class InProcessGateway:
 
 
 def start_gateway(
-    args: Sequence[str], *, log_path: Path, env: Mapping[str, str] | None = None
+    args: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    uvicorn_options: Mapping[str, Any] | None = None,
 ) -> InProcessGateway:
-    """Serve ``rehearsal-gateway serve ARGS`` (no ``--port``: a free one is picked) in a thread."""
+    """Serve ``rehearsal-gateway serve ARGS`` (no ``--port``: a free one is picked) in a thread.
+
+    ``uvicorn_options`` override what ``serve`` gives uvicorn (say, its stock ``http`` protocol).
+    """
     parser = argparse.ArgumentParser(prog="rehearsal-gateway")
     serve.register(parser.add_subparsers(dest="command", required=True))
     port = free_port()
@@ -90,7 +98,11 @@ def start_gateway(
     request_log = logging.getLogger(REQUEST_LOGGER)
     request_log.addHandler(handler)
     request_log.setLevel(logging.INFO)
-    options = {**serve.uvicorn_options(settings), "timeout_graceful_shutdown": 10}
+    options = {
+        **serve.uvicorn_options(settings),
+        "timeout_graceful_shutdown": 10,
+        **(uvicorn_options or {}),
+    }
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, log_level="warning",
         access_log=False, lifespan="on", **options,
