@@ -267,8 +267,14 @@ class RehearsalResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The full trace: the summary plus every candidate, trajectory and the reasons."""
+        return {**self.summary(), **self.details()}
+
+    def details(self) -> dict[str, Any]:
+        """What the full trace adds to the summary (``engine_calls`` by role replaces the total).
+
+        Apart so that a caller holding the summary already builds the trace without a second one.
+        """
         return {
-            **self.summary(),
             "budget_knobs": self.budget.to_dict(),
             "turn": self.turn.to_dict(),
             "why": self.why,

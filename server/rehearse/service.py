@@ -208,9 +208,11 @@ class RehearsalRun:
     async def settle(self, result: RehearsalResult, turn: AssistantTurn) -> dict[str, Any]:
         """Keep the trace and the pending observations; the response's ``rehearsal`` object."""
         tenant = self.call.tenant
-        summary: dict[str, Any] = {"id": self.rehearsal_id, **result.summary()}
+        brief = result.summary()
+        summary: dict[str, Any] = {"id": self.rehearsal_id, **brief}
         trace = {
-            **result.to_dict(),
+            **brief,
+            **result.details(),
             "id": self.rehearsal_id,
             "model": self.model,
             "created": self.created,

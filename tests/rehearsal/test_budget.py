@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -63,6 +64,18 @@ def test_a_request_without_knobs_gets_what_an_empty_rehearsal_object_gets(
     assert resolve_budget(None, unrelated, defaults=defaults, caps=CAPS) == whole
     knob = {"x-rehearsal-budget": "2"}  # a knob header, in any case, is no shortcut
     assert resolve_budget(None, knob, defaults=defaults, caps=CAPS).budget == 2
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        pytest.param(DEFAULTS, id="defaults"),
+        pytest.param(Budget("sequential", 2, 3, "select", 9, 1.5, 0.5, False, True), id="all-set"),
+    ],
+)
+def test_to_dict_is_every_field_in_order(budget: Budget) -> None:
+    """The spelled-out ``to_dict`` has each dataclass field, in order, with its value."""
+    assert list(budget.to_dict().items()) == list(dataclasses.asdict(budget).items())
 
 
 def test_budget_zero_turns_rehearsal_off() -> None:

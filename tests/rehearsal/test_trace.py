@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from rehearsal.budget import Budget
 from rehearsal.commit import select
 from rehearsal.messages import AssistantTurn
 from rehearsal.parsing import Verdict
 from rehearsal.testing import answer_turn, multi_call_turn, tool_turn
-from rehearsal.trace import Ending, ImaginedObservation, Step, Trajectory
+from rehearsal.trace import Ending, ImaginedObservation, RehearsalResult, Step, Trajectory
 
 
 def step(turn: AssistantTurn, *verdicts: Verdict) -> Step:
@@ -75,3 +76,19 @@ def test_select_prefers_frequency_then_answers_then_score_then_order() -> None:
     assert select([half, plain], {}).trajectory is plain
     later = Trajectory(4, (5,), (step(TOOL, "ok"),), "depth")
     assert select([later, plain], {}).trajectory is plain
+
+
+def test_full_trace_is_the_summary_then_its_details() -> None:
+    """``to_dict`` is the summary's keys in order, then the details, with calls counted by role."""
+    walked = Trajectory(0, (0,), (step(TOOL, "ok"),), "depth")
+    calls = {"act": 1, "rehearse": 1}
+    result = RehearsalResult(turn=TOOL, budget=Budget(), trajectories=(walked,), calls=calls)
+    full = result.to_dict()
+    summary = result.summary()
+    assert full == {**summary, **result.details()}
+    assert list(full)[: len(summary)] == list(summary)
+    assert list(full)[len(summary) :] == [
+        "budget_knobs", "turn", "why", "commit_unconditional", "commit_check_detail",
+        "early_exit_reason", "chosen_trajectory", "faults", "memory_note", "candidates", "trace",
+    ]  # fmt: skip
+    assert (summary["engine_calls"], full["engine_calls"]) == (2, {"act": 1, "rehearse": 1})
