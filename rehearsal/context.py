@@ -43,6 +43,7 @@ from rehearsal.ports import Generator, MemoryStore
 from rehearsal.prompts import (
     DEFAULT_SYSTEM_INSTRUCTION,
     GroundingObservation,
+    ToolsText,
     rehearsal_messages,
     rehearsal_user_prompt,
 )
@@ -139,6 +140,7 @@ class RehearsalContext:
         self.note: str | None = None  # the last memory note sent to an acting call
         self._grounding: dict[tuple[str, str], list[GroundingObservation]] = {}
         self.checker = ToolChecker(request.tools, reject_undeclared=settings.reject_undeclared)
+        self._tools_text: ToolsText | None = None  # written at the first imagined call
 
     def policy(self, tool: str) -> Policy:
         """The trust policy ``tool``'s imagination is under (``trusted`` when none is known)."""
@@ -264,8 +266,10 @@ class RehearsalContext:
     ) -> ImaginedObservation:
         """One rehearsal-role call: the imagined result of ``call``. Raises GeneratorError."""
         examples = await self.grounding_for(call)
+        if self._tools_text is None:
+            self._tools_text = ToolsText(self.request.tools)
         prompt = rehearsal_user_prompt(
-            tools=self.request.tools,
+            tools=self._tools_text,
             grounding=examples,
             history=history,
             acting_turn=turn,

@@ -185,23 +185,50 @@ def tool_schema(tools: Sequence[Mapping[str, Any]], name: str) -> JSON:
     return {}
 
 
+class ToolsText:
+    """What the prompt writes of one request's tool list: section 1, and each tool's schema.
+
+    Every call a rehearsal imagines repeats them, so a rehearsal writes them once: even through
+    ``_dump_repeated``'s cache, the tool list's compact dump that keys it is ~23 us for the retail
+    world's eight tools.
+    """
+
+    __slots__ = ("_schemas", "listing", "tools")
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        self.tools = tools
+        self.listing = f"{TOOLS_LABEL}\n{_dump_repeated(list(tools))}"
+        self._schemas: dict[str, str] = {}
+
+    def schema(self, name: str) -> str:
+        """The input schema of the tool called ``name``, as section 5 writes it."""
+        text = self._schemas.get(name)
+        if text is None:
+            text = self._schemas[name] = _dump_repeated(tool_schema(self.tools, name))
+        return text
+
+
 def rehearsal_user_prompt(
     *,
-    tools: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | ToolsText,
     grounding: Sequence[GroundingObservation],
     history: Iterable[Mapping[str, Any]],
     acting_turn: AssistantTurn,
     call: ToolCall,
 ) -> str:
-    """The rehearsal-role user message for ``call``, one of ``acting_turn``'s tool calls."""
+    """The rehearsal-role user message for ``call``, one of ``acting_turn``'s tool calls.
+
+    ``tools`` is the request's tool list, or its ``ToolsText`` when several prompts share it.
+    """
+    text = tools if isinstance(tools, ToolsText) else ToolsText(tools)
     current = (
         f"{CURRENT_LABEL}\n- name: {call.name}\n"
-        f"- input schema (JSON Schema):\n{_dump_repeated(tool_schema(tools, call.name))}\n"
+        f"- input schema (JSON Schema):\n{text.schema(call.name)}\n"
         f"- arguments (JSON, parsed from caller's tool_call):\n"
         f"{_dump(loads_arguments(call.arguments))}"
     )
     sections = [
-        f"{TOOLS_LABEL}\n{_dump_repeated(list(tools))}",
+        text.listing,
         few_shot_section(grounding),
         f"{HISTORY_LABEL}\n{flatten_history(history)}",
         f"{LATEST_LABEL}\n{acting_turn.raw_text()}",

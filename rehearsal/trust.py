@@ -148,6 +148,9 @@ class Counts:
         return cls(**values)
 
 
+NO_COUNTS = Counts()  # a tool with no real results yet; one shared value (Counts is frozen)
+
+
 def cell(imagined_error: bool, real_error: bool, *, weighed: bool = False) -> str:
     """The count one (imagined, real) pair adds to; ``weighed``: the commit rule weighed the
     imagined failure against other candidates before committing the call (module docstring)."""
@@ -213,7 +216,7 @@ def policy_for(
     pinned = settings.pins.get(tool)
     if pinned is not None:
         return pinned, "pinned by the operator"
-    own, pooled = table.get(tool, Counts()), table.get(POOLED, Counts())
+    own, pooled = table.get(tool, NO_COUNTS), table.get(POOLED, NO_COUNTS)
     if own.samples >= settings.min_samples:
         policy, why = _verdict(own, pooled, settings)
         return policy, f"{own.samples} real results of {tool}: {why}"
@@ -232,7 +235,7 @@ def policies(
 
 def trust_row(tool: str, table: Mapping[str, Counts], settings: TrustSettings) -> dict[str, Any]:
     """One row of ``GET /v1/rehearsals/trust``."""
-    counts = table.get(tool, Counts())
+    counts = table.get(tool, NO_COUNTS)
     policy, why = policy_for(tool, table, settings)
     return {
         "tool": tool,

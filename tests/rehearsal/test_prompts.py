@@ -12,6 +12,7 @@ from rehearsal.messages import AssistantTurn, ToolCall
 from rehearsal.prompts import (
     DEFAULT_SYSTEM_INSTRUCTION,
     GroundingObservation,
+    ToolsText,
     _dump,
     _dump_repeated,
     few_shot_section,
@@ -199,3 +200,17 @@ def test_repeated_dump_is_the_indented_dump(value: Any) -> None:
     # The cached form of what every rehearsal repeats must be the trained bytes exactly.
     assert _dump_repeated(value) == _dump(value)
     assert _dump_repeated(value) == _dump(value)  # and again, from the cache
+
+
+def test_shared_tools_text_writes_the_same_prompts() -> None:
+    """Prompts built from one ``ToolsText`` equal those from the tool list, for each call."""
+    shared = ToolsText(TOOLS)
+    for call in ACTING_TURN.tool_calls:
+        kwargs: dict[str, Any] = {
+            "grounding": GROUNDING,
+            "history": HISTORY,
+            "acting_turn": ACTING_TURN,
+            "call": call,
+        }
+        alone = rehearsal_user_prompt(tools=TOOLS, **kwargs)
+        assert rehearsal_user_prompt(tools=shared, **kwargs) == alone
