@@ -29,6 +29,9 @@ JSON = Any
 Message = dict[str, Any]
 
 ANSWER = "answer"
+# ``isinstance(x, Mapping)`` runs a Python-level ABC check; a parsed JSON object is a dict, and
+# testing ``dict`` first answers it in C (each engine answer is read with a few dozen of these).
+JSON_OBJECT = (dict, Mapping)
 # Fields of an engine's choice kept on the turn for the committed answer (vLLM writes them).
 ENGINE_CHOICE_FIELDS = ("logprobs", "stop_reason")
 
@@ -104,11 +107,11 @@ class Usage:
     @classmethod
     def from_openai(cls, body: object) -> Usage:
         """Read an OpenAI ``usage`` object; absent or odd fields count as zero."""
-        usage = body if isinstance(body, Mapping) else {}
+        usage = body if isinstance(body, JSON_OBJECT) else {}
         details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, Mapping) else 0
+        cached = details.get("cached_tokens") if isinstance(details, JSON_OBJECT) else 0
         out = usage.get("completion_tokens_details")
-        reasoning = out.get("reasoning_tokens") if isinstance(out, Mapping) else 0
+        reasoning = out.get("reasoning_tokens") if isinstance(out, JSON_OBJECT) else 0
         return cls(
             prompt=_count(usage.get("prompt_tokens")),
             completion=_count(usage.get("completion_tokens")),
@@ -182,7 +185,9 @@ class AssistantTurn:
         ``answer_fields`` are the answer's own fields to keep with the choice's (its
         ``system_fingerprint``), so a turn is built once rather than copied to add them.
         """
-        if not isinstance(choice, Mapping) or not isinstance(choice.get("message"), Mapping):
+        if not isinstance(choice, JSON_OBJECT) or not isinstance(
+            choice.get("message"), JSON_OBJECT
+        ):
             raise MalformedResponse(f"choice {index} has no message object")
         message = choice["message"]
         reasoning = message.get("reasoning")
@@ -194,15 +199,15 @@ class AssistantTurn:
             for i, raw in enumerate(message.get("tool_calls") or ())
         )
         finish = choice.get("finish_reason")
+        engine_fields = {k: choice[k] for k in ENGINE_CHOICE_FIELDS if choice.get(k) is not None}
+        if answer_fields:
+            engine_fields.update(answer_fields)
         turn = cls(
             content=content if isinstance(content, str) else None,
             reasoning=reasoning if isinstance(reasoning, str) else None,
             tool_calls=calls,
             finish_reason=finish if isinstance(finish, str) else None,
-            engine_fields={
-                **{k: choice[k] for k in ENGINE_CHOICE_FIELDS if choice.get(k) is not None},
-                **(answer_fields or {}),
-            },
+            engine_fields=engine_fields,
         )
         if not calls and turn.content and "<tool_call>" in turn.content:
             return turn._reread(index)
@@ -221,13 +226,13 @@ class AssistantTurn:
 
 
 def _tool_call_from_openai(raw: object, fallback_id: str) -> ToolCall:
-    function = raw.get("function") if isinstance(raw, Mapping) else None
-    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+    function = raw.get("function") if isinstance(raw, JSON_OBJECT) else None
+    if not isinstance(function, JSON_OBJECT) or not isinstance(function.get("name"), str):
         raise MalformedResponse("tool call without a function name")
     arguments = function.get("arguments")
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
-    call_id = raw.get("id") if isinstance(raw, Mapping) else None
+    call_id = raw.get("id") if isinstance(raw, JSON_OBJECT) else None
     return ToolCall(
         call_id if isinstance(call_id, str) and call_id else fallback_id,
         function["name"],
@@ -276,7 +281,7 @@ class GenerationResponse:
     @classmethod
     def from_openai(cls, body: object) -> GenerationResponse:
         """Read a ChatCompletion JSON body; raises MalformedResponse when it has no choices."""
-        raw = body.get("choices") if isinstance(body, Mapping) else None
+        raw = body.get("choices") if isinstance(body, JSON_OBJECT) else None
         if not isinstance(raw, list) or not raw:
             raise MalformedResponse("chat completion without choices")
         ordered = sorted(
@@ -293,7 +298,7 @@ class GenerationResponse:
 
 
 def _choice_index(choice: object, position: int) -> int:
-    index = choice.get("index") if isinstance(choice, Mapping) else None
+    index = choice.get("index") if isinstance(choice, JSON_OBJECT) else None
     return index if isinstance(index, int) and not isinstance(index, bool) else position
 
 
