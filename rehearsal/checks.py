@@ -33,7 +33,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
-from rehearsal.messages import AssistantTurn, ToolCall
+from rehearsal.messages import JSON_OBJECT, AssistantTurn, ToolCall
 
 CHECK_CODE = "SCHEMA_INVALID"
 CheckStatus = Literal["ok", "invalid", "unchecked"]
@@ -73,7 +73,7 @@ def _tool_specs(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, An
     specs: dict[str, Mapping[str, Any]] = {}
     for tool in tools:
         function = tool.get("function", tool)
-        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+        if isinstance(function, JSON_OBJECT) and isinstance(function.get("name"), str):
             specs[function["name"]] = function
     return specs
 

@@ -146,6 +146,8 @@ def test_signatures_ignore_key_order_but_keep_array_order() -> None:
     assert ToolCall("4", "f", "not json").signature == 'f "not json"'
     assert AssistantTurn("hi").signature == "answer"
     assert AssistantTurn(tool_calls=(a, c)).actions == (a.signature, c.signature)
+    assert AssistantTurn(tool_calls=(a,)).signature == 'f {"a":"é","b":[1,2]}'
+    assert AssistantTurn(tool_calls=(a, c)).signature == f"{a.signature}\n{c.signature}"
     assert AssistantTurn("hi").actions == ("answer",)
     assert canonical_json({"b": 1, "a": None}) == '{"a":null,"b":1}'
 
