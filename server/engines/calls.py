@@ -82,14 +82,21 @@ class EngineCalls:
         path: str = CHAT_PATH,
         method: str = "POST",
         bound_s: float | None = None,
+        samples: int = 1,
+        candidates: int = 0,
     ) -> bytes:
-        """One non-streamed engine call for ``role``; retried elsewhere when that is safe."""
+        """One non-streamed engine call for ``role``; retried elsewhere when that is safe.
+
+        ``samples`` and ``candidates``: the slots it takes (``Engine.slots_for``).
+        """
         deadline = self._deadline(bound_s)
         tried: set[str] = set()
         attempts = 0
         while True:
             left = self._left(deadline)
-            engine = await self.pool.acquire(role, model, affinity, frozenset(tried), left)
+            engine = await self.pool.acquire(
+                role, model, affinity, frozenset(tried), left, samples, candidates
+            )
             try:
                 return await self.engines.chat(
                     engine, payload, label, affinity=affinity, path=path, method=method,
@@ -99,7 +106,7 @@ class EngineCalls:
                 attempts += 1
                 self._after_failure(engine, exc, tried, attempts)
             finally:
-                self.pool.release(engine, role)
+                self.pool.release(engine, role, samples, candidates)
 
     async def open_stream(
         self,

@@ -60,8 +60,8 @@ class Engine:
     models: tuple[str, ...] = ()
     cards: tuple[dict[str, Any], ...] = ()
     healthy: bool = False
-    in_flight: int = 0
-    rehearse_in_flight: int = 0  # of ``in_flight``, the rehearsal-role calls
+    in_flight: int = 0  # slots taken: one per choice a call asks for (``slots_for``)
+    rehearse_in_flight: int = 0  # of ``in_flight``, rehearsal's (its calls, acting candidates)
     queue_depth: float = 0.0
     router: RouterDialect | None = None
     failures: int = 0  # consecutive failed calls (passive health)
@@ -100,11 +100,25 @@ class Engine:
     def free_slots(self) -> int:
         return self.max_concurrency - self.in_flight
 
-    def has_room_for(self, role: Role) -> bool:
-        """Whether a call of ``role`` may take a slot: a rehearsal call also within its share."""
-        if self.in_flight >= self.max_concurrency:
+    def slots_for(self, role: Role, samples: int = 1, candidates: int = 0) -> tuple[int, int]:
+        """(slots, of them rehearsal's) that a call of ``role`` for ``samples`` choices takes.
+
+        vLLM runs each of a request's ``n`` choices as a sequence of its batch, so a call takes
+        one slot per choice. Every choice of a rehearsal call is rehearsal's; of an acting call's,
+        the ``candidates`` that rehearsal asked for beside the real one (parallel rehearsal's
+        K−1 extra acting samples) are held to rehearsal's share too. Capped so that one call
+        always fits an idle engine.
+        """
+        slots = max(1, min(samples, self.max_concurrency))
+        share = slots if role == "rehearse" else min(candidates, slots - 1)
+        return slots, min(share, self.rehearse_limit)
+
+    def has_room_for(self, role: Role, samples: int = 1, candidates: int = 0) -> bool:
+        """Whether a call of ``role`` may take its slots: rehearsal's part also within its share."""
+        slots, share = self.slots_for(role, samples, candidates)
+        if self.in_flight + slots > self.max_concurrency:
             return False
-        return role != "rehearse" or self.rehearse_in_flight < self.rehearse_limit
+        return share == 0 or self.rehearse_in_flight + share <= self.rehearse_limit
 
     @property
     def load(self) -> float:

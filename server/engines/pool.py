@@ -91,6 +91,7 @@ class _WaitingWork:
 
     model: str | None
     exclude: frozenset[str]
+    slots: int = 1
 
     def could_use(self, engine: Engine) -> bool:
         return (
@@ -206,7 +207,13 @@ class EnginePool:
     # ---- routing
 
     def choose(
-        self, role: Role, model: str | None, affinity: bytes, exclude: frozenset[str]
+        self,
+        role: Role,
+        model: str | None,
+        affinity: bytes,
+        exclude: frozenset[str],
+        samples: int = 1,
+        candidates: int = 0,
     ) -> Engine | None:
         """The engine for a call, or None when every healthy candidate is full (for ``role``)."""
         pool = [
@@ -224,25 +231,25 @@ class EnginePool:
                 else "no other engine is left to try for this request"
             )
         preferred = max(pool, key=lambda e: e.score(affinity))
-        with_room = [e for e in healthy if self._open_to(role, e)]
+        with_room = [e for e in healthy if self._open_to(role, e, samples, candidates)]
         if preferred in with_room:
             return preferred
         if not with_room:
             return None
         return min(with_room, key=lambda e: (e.load, -e.score(affinity)))
 
-    def _open_to(self, role: Role, engine: Engine) -> bool:
-        """Whether a call of ``role`` may take a slot of ``engine`` now.
+    def _open_to(self, role: Role, engine: Engine, samples: int = 1, candidates: int = 0) -> bool:
+        """Whether a call of ``role`` may take its slots of ``engine`` now.
 
         A rehearsal call also leaves the free slots that waiting acting calls could take: real
         work queued first is served first, whichever call began to wait earlier.
         """
-        if not engine.has_room_for(role):
+        if not engine.has_room_for(role, samples, candidates):
             return False
         if role != "rehearse" or not self._waiting_work:
             return True
-        wanted = sum(1 for work in self._waiting_work if work.could_use(engine))
-        return engine.free_slots > wanted
+        wanted = sum(work.slots for work in self._waiting_work if work.could_use(engine))
+        return engine.free_slots - engine.slots_for(role, samples)[0] >= wanted
 
     async def acquire(
         self,
@@ -251,19 +258,25 @@ class EnginePool:
         affinity: bytes,
         exclude: frozenset[str] = frozenset(),
         within: float | None = None,
+        samples: int = 1,
+        candidates: int = 0,
     ) -> Engine:
-        """Choose an engine and take one of its slots, waiting while all are full.
+        """Choose an engine and take its slots for the call, waiting while all are full.
 
+        A call asking for ``samples`` choices takes one slot per choice, rehearsal's part of them
+        (``candidates`` of an acting call's) held to its share (``Engine.slots_for``).
         The wait is ``queue_timeout``, or ``within`` (what is left of the call's own bound)
         when that is shorter: a request queues within its deadline, never past it.
         """
-        engine = self.choose(role, model, affinity, exclude)
+        engine = self.choose(role, model, affinity, exclude, samples, candidates)
         if engine is None:
             wait = self.queue_timeout if within is None else min(within, self.queue_timeout)
-            engine = await self._wait_for_room(role, model, affinity, exclude, max(wait, 0.0))
-        engine.in_flight += 1
-        if role == "rehearse":
-            engine.rehearse_in_flight += 1
+            engine = await self._wait_for_room(
+                role, model, affinity, exclude, max(wait, 0.0), samples, candidates
+            )
+        slots, share = engine.slots_for(role, samples, candidates)
+        engine.in_flight += slots
+        engine.rehearse_in_flight += share
         return engine
 
     async def _wait_for_room(
@@ -273,19 +286,21 @@ class EnginePool:
         affinity: bytes,
         exclude: frozenset[str],
         wait: float,
+        samples: int,
+        candidates: int,
     ) -> Engine:
         # In this task, not under ``wait_for`` (a separate task on Python 3.11): between the
         # choice and ``acquire`` taking the slot nothing may run, or every waiter woken by one
         # release would pick the same freed slot and overrun the engine's limit.
         self._waiting += 1
-        work = None if role == "rehearse" else _WaitingWork(model, exclude)
+        work = None if role == "rehearse" else _WaitingWork(model, exclude, max(samples, 1))
         if work is not None:
             self._waiting_work.append(work)
         try:
             async with asyncio.timeout(wait), self._room:
                 while True:
                     await self._room.wait()
-                    engine = self.choose(role, model, affinity, exclude)
+                    engine = self.choose(role, model, affinity, exclude, samples, candidates)
                     if engine is not None:
                         return engine
         except TimeoutError:
@@ -297,11 +312,11 @@ class EnginePool:
             if work is not None:
                 self._waiting_work.remove(work)
 
-    def release(self, engine: Engine, role: Role) -> None:
-        """Give back a slot taken by ``acquire`` for ``role``."""
-        engine.in_flight -= 1
-        if role == "rehearse":
-            engine.rehearse_in_flight -= 1
+    def release(self, engine: Engine, role: Role, samples: int = 1, candidates: int = 0) -> None:
+        """Give back the slots ``acquire`` took for the same arguments."""
+        slots, share = engine.slots_for(role, samples, candidates)
+        engine.in_flight -= slots
+        engine.rehearse_in_flight -= share
         if self._waiting:  # only pay for the wake-up when someone waits
             # Wake all: a waiter may be bound to a model or exclusions the freed engine misses.
             task = asyncio.get_running_loop().create_task(self._notify_all())

@@ -79,6 +79,9 @@ class EngineGenerator:
                 affinity=self.affinity,
                 label=request.role,
                 bound_s=left if left is None or left > 0 else 0.001,
+                samples=request.n,
+                # Parallel rehearsal's K acting samples: one is the turn, the rest candidates.
+                candidates=request.n - 1 if request.role == "act" else 0,
             )
         except EngineError as exc:
             message = f"{request.role} call failed: {exc.message}"

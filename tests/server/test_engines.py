@@ -261,3 +261,42 @@ async def test_rehearsal_call_without_a_slot_in_time_is_overloaded_and_frees_not
     assert (engine.in_flight, engine.rehearse_in_flight) == (1, 1)
     pool.release(held, "rehearse")
     assert (engine.in_flight, engine.rehearse_in_flight, pool._waiting_work) == (0, 0, [])
+
+
+async def test_a_call_takes_a_slot_per_choice_and_rehearsals_candidates_count_as_rehearsal() -> (
+    None
+):
+    """vLLM batches each of a call's ``n`` choices: an acting call for K=4 candidates takes 4
+    slots, 3 of them rehearsal's share; real work always keeps the slots outside the share."""
+    pool = make_pool(count=1, limit=8, share=0.5)  # 8 slots, rehearsal's share 4
+    engine = pool.engines[0]
+    assert engine.slots_for("act", 4, candidates=3) == (4, 3)
+    assert engine.slots_for("rehearse", 2) == (2, 2)
+    assert engine.slots_for("act", 4) == (4, 0)  # a client's own n is all real work
+    assert engine.slots_for("act", 20, candidates=19) == (8, 4)  # capped: always fits idle
+    acting = await pool.acquire("act", "m", b"k", samples=4, candidates=3)
+    assert (engine.in_flight, engine.rehearse_in_flight) == (4, 3)
+    imagined = await pool.acquire("rehearse", "m", b"r")  # the share's last slot
+    with pytest.raises(EngineOverloaded):  # another K=4 acting call would overrun the share
+        await pool.acquire("act", "m", b"k2", samples=4, candidates=3, within=0.05)
+    plain = [await pool.acquire("act", "m", b"p") for _ in range(3)]  # real work: the rest
+    assert (engine.in_flight, engine.rehearse_in_flight) == (8, 4)
+    pool.release(acting, "act", 4, 3)
+    pool.release(imagined, "rehearse")
+    for held in plain:
+        pool.release(held, "act")
+    assert (engine.in_flight, engine.rehearse_in_flight) == (0, 0)
+
+
+async def test_rehearsal_leaves_a_waiting_multi_choice_call_all_the_slots_it_needs() -> None:
+    """Real work waiting for 3 slots keeps a rehearsal call out while taking one would leave 2."""
+    pool = make_pool(count=1, limit=4, share=1.0)
+    engine = pool.engines[0]
+    busy = [await pool.acquire("act", "m", b"a") for _ in range(2)]
+    waiting = asyncio.create_task(pool.acquire("act", "m", b"w", samples=3))
+    await asyncio.sleep(0.01)
+    with pytest.raises(EngineOverloaded):
+        await pool.acquire("rehearse", "m", b"r", within=0.05)
+    pool.release(busy.pop(), "act")  # 3 free now: the waiting call's
+    assert await asyncio.wait_for(waiting, 1) is engine
+    assert engine.in_flight == 4
