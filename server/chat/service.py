@@ -171,11 +171,13 @@ class ChatService:
     async def passthrough(self, call: ChatCall, role: Role = "act") -> bytes:
         """Send the client's request to one engine; retry on another for retryable failures."""
         return await self.calls.call(
-            call.payload, role=role, model=call.model, affinity=call.affinity, label=PASSTHROUGH
-        )
+            call.payload, role=role, model=call.model, affinity=call.affinity, label=PASSTHROUGH,
+            samples=call.request.n or 1,
+        )  # fmt: skip
 
     async def passthrough_stream(self, call: ChatCall, role: Role = "act") -> StreamAnswer:
         """Open a stream on one engine, retrying elsewhere until its first chunk arrives."""
         return await self.calls.open_stream(
-            call.payload, role=role, model=call.model, affinity=call.affinity, label=PASSTHROUGH
-        )
+            call.payload, role=role, model=call.model, affinity=call.affinity, label=PASSTHROUGH,
+            samples=call.request.n or 1,
+        )  # fmt: skip

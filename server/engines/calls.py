@@ -40,6 +40,7 @@ class StreamAnswer:
     role: Role = "act"
     headers: dict[str, str] = field(default_factory=dict)
     deadline: float | None = None  # the loop time the whole stream must end by
+    samples: int = 1  # the choices it asked for: one slot each (``Engine.slots_for``)
     _released: bool = False
 
     async def close(self) -> None:
@@ -49,7 +50,7 @@ class StreamAnswer:
         try:
             await self.stream.aclose()
         finally:
-            self.pool.release(self.stream.engine, self.role)
+            self.pool.release(self.stream.engine, self.role, self.samples)
 
 
 class EngineCalls:
@@ -118,6 +119,7 @@ class EngineCalls:
         label: str,
         path: str = CHAT_PATH,
         bound_s: float | None = None,
+        samples: int = 1,
     ) -> StreamAnswer:
         """A streamed engine call whose first chunk has arrived; retried elsewhere before it."""
         deadline = self._deadline(bound_s)
@@ -125,21 +127,21 @@ class EngineCalls:
         attempts = 0
         while True:
             left = self._left(deadline)
-            engine = await self.pool.acquire(role, model, affinity, frozenset(tried), left)
+            engine = await self.pool.acquire(role, model, affinity, frozenset(tried), left, samples)
             try:
                 stream = await self.engines.open_stream(
                     engine, payload, label, affinity=affinity, path=path,
                     bound_s=self._left(deadline),
                 )  # fmt: skip
             except EngineError as exc:
-                self.pool.release(engine, role)
+                self.pool.release(engine, role, samples)
                 attempts += 1
                 self._after_failure(engine, exc, tried, attempts)
                 continue
             except BaseException:
-                self.pool.release(engine, role)
+                self.pool.release(engine, role, samples)
                 raise
-            return StreamAnswer(stream, self.pool, role=role, deadline=deadline)
+            return StreamAnswer(stream, self.pool, role=role, deadline=deadline, samples=samples)
 
     def _after_failure(
         self, engine: Engine, exc: EngineError, tried: set[str], attempts: int
