@@ -90,6 +90,15 @@ async def send_all(urls: list[str], world: World, knobs: dict[str, Any] | None, 
     )
 
 
+def tree_cli_argv(tree: str, *args: str) -> list[str]:
+    """The CLI of the source tree at ``tree`` (imported from there), run by this interpreter."""
+    code = (
+        f"import sys, runpy; sys.path.insert(0, {tree!r}); "
+        "runpy.run_module('clients.cli', run_name='__main__')"
+    )
+    return [sys.executable, "-c", code, *args]
+
+
 def start_gateway(name: str, engine: str, tmp: str) -> Proc:
     """A gateway in front of ``engine``: the real ``serve``, one with transport ``name``, or
     (``name`` a directory) the ``serve`` of the source tree there."""
@@ -97,11 +106,7 @@ def start_gateway(name: str, engine: str, tmp: str) -> Proc:
     if name == "aiohttp":  # what ships: the real ``serve``
         argv = cli_argv("serve", "--port", str(port), "--engine", engine)
     elif Path(name).is_dir():
-        code = (
-            f"import sys, runpy; sys.path.insert(0, {name!r}); "
-            "runpy.run_module('clients.cli', run_name='__main__')"
-        )
-        argv = [sys.executable, "-c", code, "serve", "--port", str(port), "--engine", engine]
+        argv = tree_cli_argv(name, "serve", "--port", str(port), "--engine", engine)
     else:
         argv = [sys.executable, "-m", "benchmarks.transports", "serve", "--transport", name,
                 "--port", str(port), "--engine", engine]  # fmt: skip

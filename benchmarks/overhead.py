@@ -14,10 +14,13 @@ in ``/proc/<pid>/task/*/schedstat``; the twin's and this script's CPU are exclud
 then the gateway's ratios to vllm-router. Ratios from one run, not absolute times, are the point.
 ``--floor`` adds a fourth front, the Python floor (``benchmarks/floor_relay.py``: a bare relay on
 the gateway's uvicorn and aiohttp, no gateway logic), to tell the gateway's own cost from its
-stack's.
+stack's. ``--against DIR`` (repeatable) adds the gateway of another source tree (say a ``git
+worktree`` of the commit before a change) as one more front, and the gateway's CPU as a multiple
+of that one's: before and after, on the same machine in the same rounds.
 
     python -m benchmarks.overhead [--rounds 4] [--requests 300] [--clients 1 16 64]
-                                  [--profiles small agent] [--floor] [--json PATH]
+                                  [--profiles small agent] [--floor] [--against DIR]
+                                  [--json PATH]
 """
 
 from __future__ import annotations
@@ -38,12 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bodies import PROFILES, build_bodies  # noqa: E402
-from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
+from benchmarks.gateway_cpu import cpu_seconds, tree_cli_argv  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.router import start_router  # noqa: E402
 
 FRONTS = ("direct", "vllm-router", "gateway")
 FLOOR = "python floor"
+AGAINST = "gateway at "  # a front serving another source tree's gateway (``--against``)
 
 
 class Connection:
@@ -162,6 +166,11 @@ async def measure_one(
     row["added_p50_excess_ms"] = gateway["added_p50_ms"] - router["added_p50_ms"]
     if FLOOR in row["fronts"] and router["cpu_ms"]:
         row["floor_cpu_ratio"] = row["fronts"][FLOOR]["cpu_ms"] / router["cpu_ms"]
+    row["vs_trees"] = {
+        name: gateway["cpu_ms"] / front["cpu_ms"]
+        for name, front in row["fronts"].items()
+        if name.startswith(AGAINST) and front["cpu_ms"]
+    }
     return row
 
 
@@ -197,18 +206,27 @@ def render(rows: list[dict[str, Any]]) -> str:
     if floor:
         lines[-2] += " python floor CPU / vllm-router CPU |"
         lines[-1] += "---:|"
+    trees = list(rows[0]["vs_trees"]) if rows else []
+    for tree in trees:
+        lines[-2] += f" gateway CPU / {tree} CPU |"
+        lines[-1] += "---:|"
     for r in rows:
         ratio = "—" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}×"
         line = f"| {r['profile']} | {r['clients']} | {ratio} | {r['added_p50_excess_ms']:+.2f} |"
         if floor:
             line += f" {r['floor_cpu_ratio']:.2f}× |" if "floor_cpu_ratio" in r else " — |"
+        for tree in trees:
+            line += f" {r['vs_trees'][tree]:.2f}× |" if tree in r["vs_trees"] else " — |"
         lines.append(line)
     return "\n".join(lines)
 
 
-def start_fronts(workdir: Path, floor: bool = False) -> dict[str, Proc]:
-    """The twin, vllm-router and a gateway in front of it, and with ``floor`` the Python floor
-    (``benchmarks/floor_relay.py``); the caller stops them."""
+def start_fronts(
+    workdir: Path, floor: bool = False, against: list[str] | None = None
+) -> dict[str, Proc]:
+    """The twin, vllm-router and a gateway in front of it, with ``floor`` the Python floor
+    (``benchmarks/floor_relay.py``), and the gateway of each tree ``against``; the caller
+    stops them."""
     twin_port = free_port()
     fronts: dict[str, Proc] = {}
     try:
@@ -236,6 +254,14 @@ def start_fronts(workdir: Path, floor: bool = False) -> dict[str, Proc]:
                 log_path=workdir / "floor.log",
                 env={"FLOOR_ENGINE": engine},
             )  # fmt: skip
+        for tree in against or ():
+            port = free_port()
+            fronts[f"{AGAINST}{Path(tree).resolve().name}"] = start_http_server(
+                tree_cli_argv(str(Path(tree).resolve()), "serve", "--engine", f"{engine}/v1",
+                              "--port", str(port), "--log-level", "warning"),
+                port=port,
+                log_path=workdir / f"gateway-{port}.log",
+            )  # fmt: skip
     except BaseException:
         stop_fronts(fronts)
         raise
@@ -260,9 +286,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure the Python floor: a bare uvicorn + aiohttp relay with no gateway "
         "logic (benchmarks/floor_relay.py)",
     )
+    parser.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also run the gateway of the source tree in DIR, and compare CPU with it",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="rgw-overhead-") as tmp:
-        fronts = start_fronts(Path(tmp), floor=args.floor)
+        fronts = start_fronts(Path(tmp), floor=args.floor, against=args.against)
         try:
             rows = asyncio.run(measure(args, fronts))
         finally:

@@ -135,10 +135,12 @@ class GatewaySettings(BaseSettings):
     # imagination never queues real work behind it. With "fcfs" no call carries a priority: vLLM
     # refuses one unless its engine schedules by priority.
     engine_scheduling: Literal["fcfs", "priority"] = "fcfs"
-    # Of each engine's slots (its max_concurrency, matched to vLLM's --max-num-seqs), the share
-    # rehearsal-role calls may hold at once; the rest stay free for acting calls, commits and
-    # pass-through, which also take a freed slot before a waiting rehearsal call does
-    # (server/engines/pool.py). 1: no reservation. Rounded down, at least one slot.
+    # Of each engine's slots (its max_concurrency, matched to vLLM's --max-num-seqs; a call takes
+    # one per choice it asks for), the share rehearsal may hold at once: rehearsal-role calls and
+    # the K-1 candidate samples of a parallel rehearsal's acting call. The rest stay free for
+    # real work (commits, pass-through, each acting call's own turn), which also takes a freed
+    # slot before a waiting rehearsal call does (server/engines/pool.py). 1: no reservation.
+    # Rounded down, at least one slot.
     rehearsal_engine_share: float = Field(default=0.5, gt=0, le=1)
     health_interval: float = Field(default=5.0, gt=0)
     health_timeout: float = Field(default=2.0, gt=0)

@@ -87,3 +87,20 @@ def test_the_python_floor_is_a_fourth_front(tmp_path: Path) -> None:
     assert "| agent (" in done.stdout
     assert "| python floor |" in done.stdout
     assert "python floor CPU / vllm-router CPU |" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_against_runs_another_trees_gateway_as_a_front(tmp_path: Path) -> None:
+    """--against DIR: that tree's gateway answers as the others do and gets the CPU ratio."""
+    done, rows = run_overhead(
+        tmp_path, 110, "--requests", "20", "--clients", "1", "--profiles", "small",
+        "--against", str(ROOT),
+    )  # fmt: skip
+    (row,) = rows
+    name = f"gateway at {ROOT.resolve().name}"
+    other, gateway = row["fronts"][name], row["fronts"]["gateway"]
+    assert (other["requests"], other["errors"]) == (20, 0)
+    assert row["vs_trees"] == {name: pytest.approx(gateway["cpu_ms"] / other["cpu_ms"])}
+    assert f"| {name} |" in done.stdout
+    assert f"gateway CPU / {name} CPU |" in done.stdout
