@@ -79,6 +79,7 @@ def test_pydantic_ai(stack: Stack, api: str) -> None:
 
     with contextlib.suppress(UsageLimitExceeded):
         agent.run_sync(_ask(stack), usage_limits=UsageLimits(request_limit=2))
+    _close_where_run_sync_ran(provider.client)
     assert seen
 
 
@@ -122,6 +123,14 @@ def _world_tools(stack: Stack, state: dict[str, Any], called: list[str]) -> list
     return [function_tool(name) for name in stack.world.tools]
 
 
+def _close_where_run_sync_ran(client: Any) -> None:
+    """Close an ``AsyncOpenAI`` client on the thread's default loop, where ``run_sync`` (the
+    Agents SDK's and pydantic-ai's alike) ran it: its connections belong to that loop, and left
+    open they become an unclosed-transport warning in whichever later test the collector
+    meets them (a fault test, say)."""
+    asyncio.get_event_loop().run_until_complete(client.close())
+
+
 def _agents_run(stack: Stack, api: str, streamed: bool, knobs: dict[str, Any]) -> dict[str, Any]:
     """Run the exchange task with the Agents SDK; what the tools saw and what the run said."""
     from agents import (
@@ -139,7 +148,7 @@ def _agents_run(stack: Stack, api: str, streamed: bool, knobs: dict[str, Any]) -
     state, called = stack.world.new_state(task), []
     url = stack.gateway.url + "/v1"
 
-    def agent_and_config() -> tuple[Any, Any]:
+    def agent_and_config() -> tuple[Any, Any, Any]:
         # One client per run, made for it: an AsyncOpenAI client's connections belong to the
         # event loop that opened them, and the provider would otherwise share one process-wide
         # httpx client across run_sync's loop and asyncio.run's.
@@ -154,22 +163,28 @@ def _agents_run(stack: Stack, api: str, streamed: bool, knobs: dict[str, Any]) -
             tools=_world_tools(stack, state, called),
             model_settings=ModelSettings(extra_body={"rehearsal": knobs} if knobs else None),
         )  # fmt: skip
-        return agent, RunConfig(model_provider=provider, tracing_disabled=True)
+        return agent, RunConfig(model_provider=provider, tracing_disabled=True), client
 
     events: list[str] = []
     if streamed:
 
         async def stream() -> Any:
-            agent, config = agent_and_config()
-            result = Runner.run_streamed(agent, task.instruction, run_config=config, max_turns=8)
-            async for event in result.stream_events():
-                events.append(getattr(event, "name", None) or event.type)
-            return result
+            agent, config, client = agent_and_config()
+            try:
+                result = Runner.run_streamed(
+                    agent, task.instruction, run_config=config, max_turns=8
+                )
+                async for event in result.stream_events():
+                    events.append(getattr(event, "name", None) or event.type)
+                return result
+            finally:
+                await client.close()
 
         result = asyncio.run(stream())
     else:
-        agent, config = agent_and_config()
+        agent, config, client = agent_and_config()
         result = Runner.run_sync(agent, task.instruction, run_config=config, max_turns=8)
+        _close_where_run_sync_ran(client)
     return {"called": called, "reached": task.reached(state), "plan": [c.name for c in task.plan],
             "output": result.final_output, "events": events}  # fmt: skip
 

@@ -39,12 +39,34 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
 async def raw_engine(
     handler: Handler, ssl_context: ssl.SSLContext | None = None
 ) -> AsyncIterator[int]:
-    server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=ssl_context)  # type: ignore[arg-type]
+    """A server on a free port running ``handler`` per connection; every connection it accepted
+    is closed and its handler ended when the block ends, so no socket outlives the test's loop
+    (one left open is an unclosed-transport warning in whichever later test collects it)."""
+    writers: set[asyncio.StreamWriter] = set()
+    tasks: set[asyncio.Task[object]] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.add(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
+        try:
+            await handler(reader, writer)  # type: ignore[misc]
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=ssl_context)
     try:
         yield server.sockets[0].getsockname()[1]
     finally:
         server.close()
+        for writer in writers:
+            writer.transport.abort()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await server.wait_closed()
+        await asyncio.sleep(0)  # aborted transports let their sockets go on the next turn
 
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
