@@ -19,7 +19,7 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -243,6 +243,17 @@ class RehearsalContext:
         if "off" in policies:
             return True
         return "ignore_vetoes" in policies and self.rng.random() >= self.settings.probe_rate
+
+    async def prefetch_grounding(self, calls: Iterable[ToolCall]) -> None:
+        """Read the grounding of ``calls`` at once, before their imaginations start.
+
+        Imaginations that then start together reach the generator in the same turn of the event
+        loop, where an adapter may send them to the engine as one call (the server's batches).
+        """
+        first: dict[tuple[str, str], ToolCall] = {}
+        for call in calls:
+            first.setdefault((call.name, canonical_json(call.parsed_arguments)), call)
+        await asyncio.gather(*(self.grounding_for(call) for call in first.values()))
 
     async def grounding_for(self, call: ToolCall) -> list[GroundingObservation]:
         """Real results of this tool for the few-shot section; a store failure means none."""

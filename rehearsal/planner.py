@@ -222,6 +222,8 @@ class Planner:
     async def _walk_all(self, ctx: RehearsalContext, walks: list[WalkState]) -> None:
         rngs = [random.Random(ctx.seed()) for _ in walks]
         with ctx.phase("rehearse"):
+            walking = [walk for walk in walks if walk.ended is None]
+            await ctx.prefetch_grounding(c for w in walking for c in w.steps[-1].turn.tool_calls)
             async with asyncio.TaskGroup() as group:
                 for walk, rng in zip(walks, rngs, strict=True):
                     if walk.ended is None:

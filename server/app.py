@@ -141,6 +141,7 @@ async def open_state(
         planner=planner_settings(settings),
         trust=trust_settings(settings),
         rehearse_priority=rehearse_priority(settings),
+        batch=settings.rehearsal_batch,
         commit_timeout=settings.commit_timeout,
         fair_use=fair_use if fair_use.enabled else None,
     )

@@ -142,6 +142,10 @@ class GatewaySettings(BaseSettings):
     # slot before a waiting rehearsal call does (server/engines/pool.py). 1: no reservation.
     # Rounded down, at least one slot.
     rehearsal_engine_share: float = Field(default=0.5, gt=0, le=1)
+    # Imaginations of one rehearsal that are ready together (parallel rehearsal's K walks) go to
+    # the engine as one vLLM ``/v1/chat/completions/batch`` call instead of one call each
+    # (server/rehearse/batching.py). An engine that has no such route (404/405) turns it off.
+    rehearsal_batch: bool = True
     health_interval: float = Field(default=5.0, gt=0)
     health_timeout: float = Field(default=2.0, gt=0)
     # Seconds between two resolutions of each `discover=dns` engine name.

@@ -1,8 +1,9 @@
 """The twin's HTTP face: vLLM's OpenAI routes over one TwinEngine, as a Starlette app.
 
-Chat completions are the twin's own; the rest of the surface a gateway relays (``/version``,
-``/tokenize``, ``/detokenize``, ``/v1/completions``, ``/v1/responses``) is in ``twin/surface.py``,
-and the Anthropic-style ``/v1/messages`` and ``/v1/messages/count_tokens`` in ``twin/anthropic.py``.
+Chat completions (and vLLM's batch of them, ``twin/batch.py``) are the twin's own; the rest of
+the surface a gateway relays (``/version``, ``/tokenize``, ``/detokenize``, ``/v1/completions``,
+``/v1/responses``) is in ``twin/surface.py``, and the Anthropic-style ``/v1/messages`` and
+``/v1/messages/count_tokens`` in ``twin/anthropic.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from twin import anthropic, surface
+from twin import anthropic, batch, surface
 from twin.config import MAX_MODEL_LEN, TwinSettings
 from twin.engine import Generation, TwinEngine
 from twin.prompt import render_prompt
@@ -114,6 +115,16 @@ def create_app(settings: TwinSettings) -> Starlette:
         async for _ in engine.run(generation):
             pass
         return JSONResponse(completion_body(completion_id, model, generation, engine.fingerprint))
+
+    async def chat_batch(http: Request) -> Response:
+        try:
+            model, generations = batch.prepare_batch(engine, await _json_body(http))
+        except TwinError as exc:
+            return _error(exc)
+        await batch.run_batch(engine, generations)
+        completion_id = "chatcmpl-" + _request_id(http)
+        name = model or settings.model_names[0]
+        return JSONResponse(batch.batch_body(completion_id, name, generations, engine.fingerprint))
 
     async def models(_: Request) -> Response:
         now = int(time.time())
@@ -233,6 +244,7 @@ def create_app(settings: TwinSettings) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/chat/completions/batch", chat_batch, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/responses", responses, methods=["POST"]),

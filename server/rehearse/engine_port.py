@@ -29,7 +29,8 @@ import orjson
 from rehearsal.errors import GeneratorError, MalformedResponse
 from rehearsal.messages import GenerationRequest, GenerationResponse, from_openai_response
 from server.engines.calls import EngineCalls
-from server.errors import EngineError
+from server.errors import EngineError, EngineRejected
+from server.rehearse.batching import BATCH_PATH, Batcher, BatchRefused, BatchRoute, batchable
 from server.settings import Role
 
 CallObserver = Callable[[str, float], None]
@@ -52,6 +53,7 @@ class EngineGenerator:
         on_call: CallObserver,
         rehearse_priority: int | None = None,
         ends_at: float | None = None,
+        batch_route: BatchRoute | None = None,
     ) -> None:
         self.calls = calls
         self.model = model
@@ -59,18 +61,36 @@ class EngineGenerator:
         self.on_call = on_call
         self.rehearse_priority = rehearse_priority
         self.ends_at = ends_at  # event-loop time every call must end by (None: the request bound)
+        # Imaginations ready together go as one batch call while the route serves them.
+        self.batcher = (
+            None if batch_route is None else Batcher(self.one, self.send_batch, batch_route)
+        )
 
-    def payload(self, request: GenerationRequest, **extra: Any) -> bytes:
+    def body(self, request: GenerationRequest) -> dict[str, Any]:
         """The engine request; a rehearsal-role call carries ``rehearse_priority`` when set."""
+        extra: dict[str, Any] = {}
         if self.rehearse_priority is not None and request.role == "rehearse":
-            extra = {"priority": self.rehearse_priority, **extra}
-        return orjson.dumps({"model": self.model, **request.to_openai_body(), **extra})
+            extra["priority"] = self.rehearse_priority
+        return {"model": self.model, **request.to_openai_body(), **extra}
+
+    def payload(self, request: GenerationRequest) -> bytes:
+        return orjson.dumps(self.body(request))
+
+    def _bound(self) -> float | None:
+        """What is left of ``ends_at`` (at least a millisecond), or None for the request bound."""
+        if self.ends_at is None:
+            return None
+        left = self.ends_at - asyncio.get_running_loop().time()
+        return left if left > 0 else 0.001
 
     async def generate(self, request: GenerationRequest) -> GenerationResponse:
+        if self.batcher is not None and self.batcher.route.enabled and batchable(request):
+            return await self.batcher.generate(request, self.body(request))
+        return await self.one(request)
+
+    async def one(self, request: GenerationRequest) -> GenerationResponse:
+        """``request`` as one engine call of its own."""
         started = time.perf_counter()
-        left = None
-        if self.ends_at is not None:
-            left = self.ends_at - asyncio.get_running_loop().time()
         try:
             raw = await self.calls.call(
                 self.payload(request),
@@ -78,7 +98,7 @@ class EngineGenerator:
                 model=self.model,
                 affinity=self.affinity,
                 label=request.role,
-                bound_s=left if left is None or left > 0 else 0.001,
+                bound_s=self._bound(),
                 samples=request.n,
                 # Parallel rehearsal's K acting samples: one is the turn, the rest candidates.
                 candidates=request.n - 1 if request.role == "act" else 0,
@@ -93,3 +113,20 @@ class EngineGenerator:
         response = from_openai_response(body)
         self.on_call(request.role, time.perf_counter() - started)
         return response
+
+    async def send_batch(self, payload: bytes, requests: list[GenerationRequest]) -> bytes:
+        """One batch of rehearsal-role calls (``server/rehearse/batching.py``): a slot each."""
+        started = time.perf_counter()
+        try:
+            raw = await self.calls.call(
+                payload, role="rehearse", model=self.model, affinity=self.affinity,
+                label="rehearse", path=BATCH_PATH, bound_s=self._bound(), samples=len(requests),
+            )  # fmt: skip
+        except EngineRejected as exc:
+            raise BatchRefused(exc.status) from exc
+        except EngineError as exc:
+            raise GeneratorError(f"rehearse call failed: {exc.message}", role="rehearse") from exc
+        elapsed = time.perf_counter() - started
+        for request in requests:
+            self.on_call(request.role, elapsed)
+        return raw

@@ -35,6 +35,7 @@ from rehearsal.trust import Counts, Policy, TrustSettings, policies, trust_row
 from server.chat_call import ChatCall, JsonAnswer
 from server.engines.calls import EngineCalls
 from server.errors import EngineError, EngineFailed, InvalidRequest, NotFound, StoreUnavailable
+from server.rehearse.batching import BatchRoute
 from server.rehearse.committed import (
     completion_body,
     mint_completion_id,
@@ -169,6 +170,7 @@ class RehearsalRun:
             on_call=self._on_call,
             rehearse_priority=self.service.rehearse_priority,
             ends_at=self.ends_at,
+            batch_route=self.service.batch_route,
         )
 
     def _on_call(self, role: str, seconds: float) -> None:
@@ -280,11 +282,13 @@ class RehearsalService:
         planner: PlannerSettings,
         trust: TrustSettings | None = None,
         rehearse_priority: int | None = None,
+        batch: bool = False,
         commit_timeout: float = 60.0,
         fair_use: FairUse | None = None,
     ) -> None:
         self.calls = calls
         self.rehearse_priority = rehearse_priority
+        self.batch_route = BatchRoute() if batch else None
         self.commit_timeout = commit_timeout
         self.fair_use = fair_use
         self.store = store
