@@ -172,5 +172,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         from server.app import create_app
 
-        uvicorn.run(create_app(settings), **common)
+        uvicorn.run(create_app(settings, owns_process=True), **common)
     return 0
