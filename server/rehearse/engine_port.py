@@ -4,7 +4,8 @@
 (so rehearsal calls get the same routing, retries, limits and timeouts as pass-through), reads the
 answer with the core's own reader, and translates every engine failure into ``GeneratorError``
 once, here. All calls of one rehearsal share the request's affinity key, so they land on the
-engine that already holds the conversation's prefix in its cache.
+engine that already holds the conversation's prefix in its cache. Imaginations that are ready
+together go as one batch call instead (``server/rehearse/batching.py``, ``RGW_REHEARSAL_BATCH``).
 
 Every call is bounded by the rehearsal's ``ends_at`` (its ``deadline_ms`` plus one commit,
 ``RGW_COMMIT_TIMEOUT``): the planner's own deadline cuts the rehearsal phase, and this bound
