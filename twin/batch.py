@@ -67,15 +67,11 @@ def batch_body(
     completion_id: str, model: str, generations: list[Generation], fingerprint: str
 ) -> JsonObject:
     """One chat completion: choice ``i`` answers conversation ``i``; the usage is their sum."""
-    answer = completion_body(completion_id, model, generations[0], fingerprint)
-    choices = []
-    totals = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    for index, generation in enumerate(generations):
-        one = completion_body(completion_id, model, generation, fingerprint)
-        choices.append({**one["choices"][0], "index": index})
-        for key in totals:
-            totals[key] += one["usage"][key]
-    answer["choices"] = choices
+    ones = [completion_body(completion_id, model, g, fingerprint) for g in generations]
+    totals = {key: sum(one["usage"][key] for one in ones)
+              for key in ("prompt_tokens", "completion_tokens", "total_tokens")}  # fmt: skip
+    answer = ones[0]
+    answer["choices"] = [{**one["choices"][0], "index": i} for i, one in enumerate(ones)]
     # vLLM's batch usage carries no details (its response builds only the three counts).
     answer["usage"] = {**totals, "prompt_tokens_details": None, "completion_tokens_details": None}
     return answer

@@ -118,12 +118,13 @@ class _Joined:
 class Batcher:
     """One rehearsal's batches (see the module docstring).
 
-    ``one`` answers a call alone, as the adapter always did. ``send`` posts a batch body to
+    ``one`` answers a call alone (given the engine body already built for it), as the adapter
+    always did. ``send`` posts a batch body to
     ``BATCH_PATH`` and returns the engine's raw answer; it raises ``BatchRefused`` for a 4xx
     and ``GeneratorError`` for any other failure.
     """
 
-    one: Callable[[GenerationRequest], Awaitable[GenerationResponse]]
+    one: Callable[[GenerationRequest, dict[str, Any]], Awaitable[GenerationResponse]]
     send: Callable[[bytes, list[GenerationRequest]], Awaitable[bytes]]
     route: BatchRoute
     _forming: dict[bytes, list[_Joined]] = field(default_factory=dict)
@@ -148,9 +149,9 @@ class Batcher:
         finally:
             del self._forming[key]
         if not joined:
-            return await self.one(request)
+            return await self.one(request, body)
         try:
-            outcomes = await self._send([request, *(j.request for j in joined)], body, joined)
+            outcomes = await self._send([(request, body), *((j.request, j.body) for j in joined)])
         except BaseException as exc:
             _settle(joined, [exc] * len(joined))
             raise
@@ -159,16 +160,16 @@ class Batcher:
             raise outcomes[0]
         return outcomes[0]
 
-    async def _send(
-        self, requests: list[GenerationRequest], body: dict[str, Any], joined: list[_Joined]
-    ) -> list[Outcome]:
+    async def _send(self, calls: list[tuple[GenerationRequest, dict[str, Any]]]) -> list[Outcome]:
+        """Each call's outcome, in order: from one batch, or one by one when it is refused."""
         try:
-            raw = await self.send(batch_body([body, *(j.body for j in joined)]), requests)
+            raw = await self.send(batch_body([b for _, b in calls]), [r for r, _ in calls])
         except BatchRefused as exc:
             if exc.status in ROUTE_MISSING:
                 self.route.missing(exc.status)
-            return list(await asyncio.gather(*map(self.one, requests), return_exceptions=True))
-        return list(split_answer(raw, len(requests)))
+            alone = (self.one(request, body) for request, body in calls)
+            return list(await asyncio.gather(*alone, return_exceptions=True))
+        return list(split_answer(raw, len(calls)))
 
 
 def _settle(joined: list[_Joined], outcomes: list[Outcome]) -> None:

@@ -74,9 +74,6 @@ class EngineGenerator:
             extra["priority"] = self.rehearse_priority
         return {"model": self.model, **request.to_openai_body(), **extra}
 
-    def payload(self, request: GenerationRequest) -> bytes:
-        return orjson.dumps(self.body(request))
-
     def _bound(self) -> float | None:
         """What is left of ``ends_at`` (at least a millisecond), or None for the request bound."""
         if self.ends_at is None:
@@ -89,12 +86,14 @@ class EngineGenerator:
             return await self.batcher.generate(request, self.body(request))
         return await self.one(request)
 
-    async def one(self, request: GenerationRequest) -> GenerationResponse:
-        """``request`` as one engine call of its own."""
+    async def one(
+        self, request: GenerationRequest, body: dict[str, Any] | None = None
+    ) -> GenerationResponse:
+        """``request`` as one engine call of its own (``body``: its engine body, if built)."""
         started = time.perf_counter()
         try:
             raw = await self.calls.call(
-                self.payload(request),
+                orjson.dumps(self.body(request) if body is None else body),
                 role=pool_role(request.role),
                 model=self.model,
                 affinity=self.affinity,

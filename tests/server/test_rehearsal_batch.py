@@ -123,7 +123,8 @@ class Engine:
         self.route = BatchRoute()
         self._send = send
 
-    async def one(self, request: GenerationRequest) -> GenerationResponse:
+    async def one(self, request: GenerationRequest, body: dict[str, Any]) -> GenerationResponse:
+        assert body["messages"] == list(request.messages)  # the body built for it, passed on
         text = request.messages[0]["content"]
         self.alone.append(text)
         if text == "bad":

@@ -13,11 +13,11 @@ from server.settings import REHEARSAL_PRIORITY, GatewaySettings
 
 def _payload(priority: int | None, role: str) -> dict[str, object]:
     generator = EngineGenerator(
-        None,  # type: ignore[arg-type]  # payload() never calls the engines
+        None,  # type: ignore[arg-type]  # body() never calls the engines
         model="m", affinity=b"", on_call=lambda role, seconds: None, rehearse_priority=priority,
     )  # fmt: skip
     request = GenerationRequest(role=role, messages=({"role": "user", "content": "hi"},))  # type: ignore[arg-type]
-    body: dict[str, object] = orjson.loads(generator.payload(request))
+    body: dict[str, object] = orjson.loads(orjson.dumps(generator.body(request)))
     return body
 
 
