@@ -6,7 +6,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,14 @@ class Stack:
     gateways: list[Proc | InProcessGateway]
     prefix: str
     world: World
+    # Every SDK client handed out, closed with the stack: an unclosed client's pooled socket
+    # warns when collected, failing whichever later test the collection happens in.
+    clients: list[openai.OpenAI] = field(default_factory=list)
+
+    def close_clients(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.clients.clear()
 
     @property
     def gateway(self) -> Proc | InProcessGateway:
@@ -38,7 +46,9 @@ class Stack:
 
     def sdk(self, index: int = 0, api_key: str = "unused") -> openai.OpenAI:
         url = self.gateways[index].url + "/v1"
-        return openai.OpenAI(base_url=url, api_key=api_key, max_retries=0, timeout=60)
+        client = openai.OpenAI(base_url=url, api_key=api_key, max_retries=0, timeout=60)
+        self.clients.append(client)
+        return client
 
     def twin_requests(self) -> float:
         """How many chat requests the twin has finished (vLLM's e2e latency histogram count)."""
@@ -116,7 +126,11 @@ def running_stack(
             )
             procs.append(gateway)
             fronts.append(gateway)
-        yield Stack(twin, fronts, prefix, load_world(world))
+        stack = Stack(twin, fronts, prefix, load_world(world))
+        try:
+            yield stack
+        finally:
+            stack.close_clients()
     finally:
         for proc in reversed(procs):
             proc.stop()

@@ -73,8 +73,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc |
             proc.stop()
 
 
+_CLIENTS: dict[str, openai.OpenAI] = {}
+
+
 def sdk(proc: Proc) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proc.url + "/v1", api_key="unused", max_retries=0)
+    """One SDK client per server, closed with the module's stack (``_close_clients``)."""
+    url = proc.url + "/v1"
+    if url not in _CLIENTS:
+        _CLIENTS[url] = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+    return _CLIENTS[url]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_clients() -> Iterator[None]:
+    """An unclosed client's pooled socket warns when collected, failing a later test."""
+    yield
+    for client in _CLIENTS.values():
+        client.close()
+    _CLIENTS.clear()
 
 
 def async_sdk(proc: Proc) -> openai.AsyncOpenAI:

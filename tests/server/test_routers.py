@@ -88,10 +88,14 @@ class RouterStack:
     gateway: Proc
     world: World = field(default_factory=lambda: load_world("retail"))
 
+    clients: list[openai.OpenAI] = field(default_factory=list)  # closed with the stack
+
     def sdk(self) -> openai.OpenAI:
-        return openai.OpenAI(
+        client = openai.OpenAI(
             base_url=self.gateway.url + "/v1", api_key="unused", max_retries=0, timeout=60
         )
+        self.clients.append(client)
+        return client
 
     def served(self) -> list[float]:
         """Chat requests each twin has finished, from its own ``/metrics``."""
@@ -114,10 +118,13 @@ def router_stack(
     twins = [start_twin("--world", "retail", "--latency", "h100", "--latency-scale", "0.02")
              for _ in range(2)]  # fmt: skip
     router = start_router([twin.url for twin in twins], tmp_path / "router.log")
+    clients: list[openai.OpenAI] = []
     try:
         gateway = start_gateway(f"{router.url}/v1,router=vllm-router,name=fleet")
-        yield RouterStack(twins, router, gateway)
+        yield RouterStack(twins, router, gateway, clients=clients)
     finally:
+        for client in clients:
+            client.close()
         router.stop()
 
 
