@@ -7,7 +7,6 @@ later feature (the rehearsal store, its service) adds a field here and a line in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
 
 import httpx
 from starlette.requests import Request
@@ -51,10 +50,13 @@ class GatewayState:
 
 
 def gateway_of(request: Request) -> GatewayState:
-    """The app's state, as the lifespan handed it over."""
-    return cast(GatewayState, getattr(request.state, STATE_KEY))
+    """The app's state, as the lifespan handed it over (read from the scope's ``state`` dict,
+    which ``request.state`` wraps, without building the wrapper)."""
+    state: GatewayState = request.scope["state"][STATE_KEY]
+    return state
 
 
 def tenant_of_request(request: Request) -> str:
     """The caller's tenant id, as ``ApiKeyMiddleware`` recorded it."""
-    return cast(str, getattr(request.state, TENANT_STATE_KEY, DEFAULT_TENANT))
+    tenant: str = request.scope["state"].get(TENANT_STATE_KEY, DEFAULT_TENANT)
+    return tenant
