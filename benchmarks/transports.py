@@ -13,17 +13,21 @@ benchmark, are in docs/benchmarks.md.
 ``clients`` measures the client stack alone, in this process (no gateway): the same chat
 request ``--requests`` times, ``--concurrency`` at a time, with each transport and with a bare
 ``aiohttp.ClientSession`` (aiohttp itself, no httpx on top), in interleaved rounds, as CPU
-milliseconds per request. ``serve`` runs a gateway with one of the transports; it is what
-``python -m benchmarks.gateway_cpu --transports aiohttp,httpx`` starts to measure whole
-gateways.
+milliseconds per request; ``--body agent`` sends the realistic agent body of
+``benchmarks/bodies.py`` instead, and ``--with pyreqwest`` adds a compiled client (Rust's
+reqwest under asyncio, not a dependency) when it is installed. ``serve`` runs a gateway with
+one of the transports; it is what ``python -m benchmarks.gateway_cpu --transports
+aiohttp,httpx`` starts to measure whole gateways.
 
     python -m benchmarks.transports clients [--requests 400] [--rounds 3] [--concurrency 8]
+                                            [--body world|small|agent] [--with pyreqwest]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import statistics
 import sys
 import tempfile
@@ -37,6 +41,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bodies import PROFILES, build_bodies  # noqa: E402
 from benchmarks.rehearsal import world_request  # noqa: E402
 from tests.support.procs import cli_argv, free_port, start_http_server  # noqa: E402
 from twin.worlds import load_world  # noqa: E402
@@ -90,6 +95,8 @@ async def _rounds(url: str, body: bytes, requests: int, conc: int, name: str) ->
             started = time.process_time()
             await asyncio.gather(*(one_bare() for _ in range(requests)))
             return (time.process_time() - started) / requests * 1000
+    if name == "pyreqwest":
+        return await _rounds_pyreqwest(url, body, requests, gate, headers)
     async with httpx.AsyncClient(transport=transport(name), headers=headers, timeout=60) as client:
 
         async def one() -> None:
@@ -103,11 +110,43 @@ async def _rounds(url: str, body: bytes, requests: int, conc: int, name: str) ->
         return (time.process_time() - started) / requests * 1000
 
 
+async def _rounds_pyreqwest(
+    url: str, body: bytes, requests: int, gate: asyncio.Semaphore, headers: dict[str, str]
+) -> float:
+    """The same rounds on pyreqwest (Rust's reqwest and hyper under asyncio): a contender only.
+
+    Not a dependency: ``--with pyreqwest`` measures it when it is installed. Its requests run on
+    tokio threads of this process, which ``time.process_time`` counts with the rest.
+    """
+    from pyreqwest.client import ClientBuilder
+
+    async with ClientBuilder().default_headers(headers).build() as client:
+
+        async def one() -> None:
+            async with gate:
+                answer = await client.post(url).body_bytes(body).build().send()
+                await answer.bytes()
+                if answer.status != 200:
+                    raise RuntimeError(f"HTTP {answer.status}")
+
+        started = time.process_time()
+        await asyncio.gather(*(one() for _ in range(requests)))
+        return (time.process_time() - started) / requests * 1000
+
+
 def clients(args: argparse.Namespace) -> int:
     """The client stacks alone, interleaved rounds, CPU ms per request."""
-    world = load_world("retail")
-    body = orjson.dumps({**world_request(world, 0, 0, None), "model": "EnvACE-Qwen3-8B"})
+    if args.body == "world":
+        world = load_world("retail")
+        body = orjson.dumps({**world_request(world, 0, 0, None), "model": "EnvACE-Qwen3-8B"})
+    else:
+        body = build_bodies(args.body, 1, seed=7)[0]
     names = [*TRANSPORTS, "aiohttp-bare"]
+    for extra in args.contenders:
+        if importlib.util.find_spec(extra) is None:
+            print(f"{extra} is not installed: `pip install {extra}` to measure it too")
+        else:
+            names.append(extra)
     spent: dict[str, list[float]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="rgw-transports-") as tmp:
         port = free_port()
@@ -126,7 +165,8 @@ def clients(args: argparse.Namespace) -> int:
         finally:
             twin.stop()
     shape = f"{args.requests} requests x {args.rounds} rounds, concurrency {args.concurrency}"
-    print(f"client CPU per engine request (retail world request, {shape}, twin latency zero)")
+    what = "retail world request" if args.body == "world" else f"{args.body} body"
+    print(f"client CPU per engine request ({what}, {shape}, twin latency zero)")
     shipped = statistics.median(spent["aiohttp"])
     for name, values in spent.items():
         shown = ", ".join(f"{v:.3f}" for v in values)
@@ -143,6 +183,14 @@ def main() -> int:
     one.add_argument("--requests", type=int, default=400)
     one.add_argument("--rounds", type=int, default=3)
     one.add_argument("--concurrency", type=int, default=8)
+    one.add_argument(
+        "--body", choices=["world", *PROFILES], default="world",
+        help="the request: the retail world's, or a body profile of benchmarks/bodies.py",
+    )  # fmt: skip
+    one.add_argument(
+        "--with", dest="contenders", action="append", default=[], choices=["pyreqwest"],
+        help="also measure a client that is no dependency of ours, if it is installed",
+    )  # fmt: skip
     one.set_defaults(func=clients)
     gateway = sub.add_parser("serve", help="a gateway with one engine transport")
     gateway.add_argument("--transport", choices=TRANSPORTS, required=True)
