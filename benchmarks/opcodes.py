@@ -1,0 +1,185 @@
+"""Python opcodes per pass-through request: the gateway's, the Python floor's, other trees'.
+
+CPU time per request on the project's shared 2-core machine moves by ±15% from one round to the
+next, so a cut of a few percent cannot be seen in ``benchmarks/overhead.py`` without many
+rounds. The number of Python opcodes a request makes the server run does not move at all, and on
+this stack it tracks CPU: on the agent body (``benchmarks/bodies.py``) the gateway ran ~10,700
+opcodes per pass-through and the Python floor (``benchmarks/floor_relay.py``, same uvicorn and
+aiohttp) ~5,000, a ratio of 2.1, when ``benchmarks.overhead --floor`` measured the two CPU
+times 1.9-2.2x apart. Work done in compiled code (orjson, pydantic-core, uvloop, the kernel) is
+not counted, so a change that moves Python work into one of them shows up here as a cut,
+and that cut must still be confirmed as CPU time.
+
+Each server runs under ``python -m benchmarks.opcodes trace MODULE ARGS...``, which runs MODULE as
+``__main__`` (``clients.cli`` or ``uvicorn``) and counts opcodes per function between SIGUSR1
+and SIGUSR2 (a ``sys.settrace`` tracer with ``f_trace_opcodes``; the event loop's thread is the
+main thread, where signal handlers run), then writes the counts to ``$OPCODES_OUT`` as JSON.
+The driver starts the engine twin at zero latency, the gateway, the floor and the gateway of each
+``--against`` tree, warms each up, and sends ``--requests`` requests one at a time between the
+two signals.
+
+    python -m benchmarks.opcodes [--profile agent] [--requests 200] [--top 20] [--against DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import runpy
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def trace(argv: list[str]) -> None:
+    """Run ``argv[0]`` as ``__main__`` with ``argv[1:]``, counting opcodes between signals."""
+    counts: collections.Counter[str] = collections.Counter()
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            code = frame.f_code
+            counts[f"{code.co_filename}::{code.co_qualname}"] += 1
+        return local
+
+    def start_frame(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        return local
+
+    def start(signum: int, frame: object) -> None:
+        counts.clear()
+        sys.settrace(start_frame)
+
+    def stop(signum: int, frame: object) -> None:
+        sys.settrace(None)
+        Path(os.environ["OPCODES_OUT"]).write_text(json.dumps(counts))
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop)
+    if argv[:1] == ["--path"]:  # another source tree's code (``--against``)
+        sys.path.insert(0, argv[1])
+        argv = argv[2:]
+    sys.argv = argv
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+
+
+def area(filename: str) -> str:
+    """A function's file as a short area name: the package, our module's folder, or stdlib."""
+    if "site-packages/" in filename:
+        return filename.split("site-packages/", 1)[1].split("/", 1)[0]
+    for root in (str(ROOT), *(str(Path(t).resolve()) for t in _TREES)):
+        if filename.startswith(root + "/"):
+            parts = filename[len(root) + 1 :].split("/")
+            return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+    return "stdlib " + filename.rsplit("/", 1)[-1]
+
+
+_TREES: list[str] = []
+
+
+def measure(args: argparse.Namespace) -> int:
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.bodies import build_bodies
+    from benchmarks.overhead import run_round
+    from tests.support.procs import cli_argv, free_port, start_http_server
+
+    _TREES.extend(args.against)
+    tracer = [sys.executable, "-m", "benchmarks.opcodes", "trace"]
+    bodies = build_bodies(args.profile, 64, seed=7)
+    with tempfile.TemporaryDirectory(prefix="rgw-opcodes-") as tmp:
+        work = Path(tmp)
+        twin_port = free_port()
+        twin = start_http_server(
+            cli_argv("twin", "--port", str(twin_port), "--latency", "zero", "--seed", "1"),
+            port=twin_port, log_path=work / "twin.log",
+        )  # fmt: skip
+        fronts: dict[str, tuple[list[str], dict[str, str]]] = {}
+        serve = ["serve", "--engine", f"{twin.url}/v1", "--log-level", "warning", "--port"]
+        fronts["gateway"] = ([*tracer, "clients.cli", *serve], {})
+        floor = ["uvicorn", "benchmarks.floor_relay:app", "--http", "httptools", "--loop",
+                 "uvloop", "--log-level", "warning", "--no-access-log", "--port"]  # fmt: skip
+        fronts["python floor"] = ([*tracer, *floor], {"FLOOR_ENGINE": twin.url})
+        for tree in args.against:
+            path = str(Path(tree).resolve())
+            fronts[f"gateway at {Path(tree).name}"] = (
+                [*tracer, "--path", path, "clients.cli", *serve],
+                {},
+            )
+        counted: dict[str, collections.Counter[str]] = {}
+        try:
+            for name, (argv, env) in fronts.items():
+                port = free_port()
+                out = work / f"{len(counted)}.json"
+                proc = start_http_server(
+                    [*argv, str(port)], port=port, log_path=work / f"{len(counted)}.log",
+                    env={**env, "OPCODES_OUT": str(out)},
+                )  # fmt: skip
+                try:
+                    asyncio.run(run_round(port, 1, bodies, 50))  # warm-up
+                    os.kill(proc.popen.pid, signal.SIGUSR1)
+                    time.sleep(0.3)
+                    got = asyncio.run(run_round(port, 1, bodies, args.requests))
+                    os.kill(proc.popen.pid, signal.SIGUSR2)
+                    for _ in range(100):
+                        if out.exists():
+                            break
+                        time.sleep(0.1)
+                    counted[name] = collections.Counter(json.loads(out.read_text()))
+                finally:
+                    proc.stop()
+                if got.errors:
+                    print(f"{name}: {got.errors} of {args.requests} requests failed")
+                    return 1
+        finally:
+            twin.stop()
+    report(counted, args)
+    return 0
+
+
+def report(counted: dict[str, collections.Counter[str]], args: argparse.Namespace) -> None:
+    per = {name: sum(c.values()) / args.requests for name, c in counted.items()}
+    floor, gateway = per["python floor"], per["gateway"]
+    print(f"Python opcodes per pass-through ({args.profile} body, {args.requests} requests)")
+    print("| front | opcodes per request | × python floor | × gateway |")
+    print("|---|---:|---:|---:|")
+    for name, value in per.items():
+        print(f"| {name} | {value:,.0f} | {value / floor:.2f} | {value / gateway:.2f} |")
+    by_area: collections.Counter[str] = collections.Counter()
+    for key, n in counted["gateway"].items():
+        by_area[area(key.split("::", 1)[0])] += n
+    print(f"\nthe gateway's opcodes per request by area (top {args.top})")
+    for name, n in by_area.most_common(args.top):
+        print(f"  {n / args.requests:8,.0f}  {name}")
+    print(f"\nthe gateway's opcodes per request by function (top {args.top})")
+    for key, n in counted["gateway"].most_common(args.top):
+        filename, function = key.split("::", 1)
+        print(f"  {n / args.requests:8,.0f}  {function}  ({area(filename)})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["trace"]:
+        trace(argv[1:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", choices=["small", "agent"], default="agent")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--top", type=int, default=20)
+    parser.add_argument(
+        "--against", action="append", default=[], metavar="DIR",
+        help="also count the gateway of the source tree in DIR",
+    )  # fmt: skip
+    return measure(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

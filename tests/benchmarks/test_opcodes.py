@@ -1,0 +1,35 @@
+"""`python -m benchmarks.opcodes` runs tiny end to end: counts for the gateway, the floor, a tree.
+
+The counter must count (the gateway runs more Python per request than the bare floor, and the
+gateway's own modules show up by area), and it must be steady: this same tree counted again as
+an ``--against`` tree comes out within a few percent of itself, which is what makes a cut of a
+few percent visible where CPU time is not.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.procs import ROOT
+
+ROW = re.compile(r"^\| (gateway|python floor|gateway at \S+) \| ([\d,]+) \| ([\d.]+) \|", re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_tiny_run_counts_every_front() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.opcodes", "--requests", "20", "--against", str(ROOT)],
+        cwd=ROOT, capture_output=True, text=True, timeout=230, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    per = {name: float(count.replace(",", "")) for name, count, _ in ROW.findall(done.stdout)}
+    assert set(per) == {"gateway", "python floor", f"gateway at {ROOT.name}"}
+    assert per["python floor"] > 1000  # aiohttp and uvicorn alone run thousands
+    assert per["gateway"] > 1.3 * per["python floor"]
+    assert 0.9 < per[f"gateway at {ROOT.name}"] / per["gateway"] < 1.1
+    assert re.search(r"^\s+[\d,]+  server/http$", done.stdout, re.M), done.stdout
