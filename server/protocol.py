@@ -203,8 +203,21 @@ MessageHead = Annotated[
 ]
 
 
+class ParametersHead(_HeadPart):
+    """A function tool's parameters as the head checks them: a JSON Schema for an object.
+
+    The rule of ``tool_parameters_problem``, checked in pydantic's core rather than by a Python
+    loop over the tools (669 of the ~10,700 Python opcodes a pass-through of the 12-tool agent
+    body ran, counted with ``benchmarks/opcodes.py``); when it fails, the 400 still carries
+    ``tool_parameters_problem``'s message (``server/chat/service.py`` ``validate_request``).
+    """
+
+    type: NotRequired[Literal["object"]]
+    properties: NotRequired[dict[str, Any]]
+
+
 class FunctionHead(_HeadPart):
-    parameters: NotRequired[dict[str, Any] | None]
+    parameters: NotRequired[ParametersHead | None]
 
 
 class ToolHead(_HeadPart):
@@ -220,16 +233,17 @@ class ChatRequestHead(_Wire):
     Every top-level field is checked as in ``ChatCompletionRequest`` (they are cheap, and the
     gateway reads several); of the nested lists, only what the gateway acts on: each message's
     fields (role, content, a tool message's ``tool_call_id``, which feedback reads), each tool's
-    type and parameters' type; their schema check (``tool_schema_problem``) runs after either
-    model. An assistant's ``tool_calls`` and a tool's name and description are the engine's to
-    check: it answers a 400 of its own, relayed in the same envelope. Measured on the agent body
-    of ``benchmarks/bodies.py`` (12 messages, 12 tools; best of 10): the whole request validated
-    in 122 µs before (65 µs once the schema check left the field validators), this head in 53 µs,
-    the JSON parse alone in 17 µs; with its nested parts as TypedDicts (above), 14 µs against 23
-    µs as models (best of three runs over 64 agent bodies, the two trees side by side), and
-    0.90-0.94x the gateway's CPU per pass-through (``benchmarks.overhead --against``, agent and
-    small bodies, 1 and 16 clients). ``ChatCompletionRequest`` below checks everything, for the
-    calls the gateway rehearses (it composes engine requests of its own from their fields).
+    type and its parameters' schema (``ParametersHead``; for the whole request,
+    ``tool_schema_problem`` runs after the model). An assistant's ``tool_calls`` and a tool's
+    name and description are the engine's to check: it answers a 400 of its own, relayed in the
+    same envelope. Measured on the agent body of ``benchmarks/bodies.py`` (12 messages, 12
+    tools; best of 10): the whole request validated in 122 µs before (65 µs once the schema
+    check left the field validators), this head in 53 µs, the JSON parse alone in 17 µs. With
+    its nested parts as TypedDicts (above) the head took 14 µs against 23 µs as models (best of
+    three runs over 64 agent bodies, the two trees side by side), and the gateway's CPU per
+    pass-through fell to 0.90-0.94x (``benchmarks.overhead --against``, agent and small bodies,
+    1 and 16 clients). ``ChatCompletionRequest`` below checks everything, for the calls the
+    gateway rehearses (it composes engine requests of its own from their fields).
     """
 
     messages: Annotated[list[MessageHead], Field(min_length=1)]

@@ -42,12 +42,22 @@ def decode_chat_request(
 
 
 def check_chat_request(body: dict[str, Any], model: type[RequestT]) -> RequestT:
-    """``body`` validated with ``model``, then its tools' schemas; ``InvalidRequest`` if not."""
+    """``body`` validated with ``model``, then its tools' schemas; ``InvalidRequest`` if not.
+
+    The head checks the schemas within its model (``ParametersHead``). The whole request's
+    tools keep their parameters as given (rehearsal prompts show them), so theirs are checked
+    after it.
+    """
     request = validate_request(model, body)
+    if model is not ChatRequestHead:
+        _raise_tool_schema_problem(body)
+    return request
+
+
+def _raise_tool_schema_problem(body: dict[str, Any]) -> None:
     if (problem := tool_schema_problem(body.get("tools"))) is not None:
         param, message = problem
         raise InvalidRequest(f"{param}: {message}", param=param)
-    return request
 
 
 def decode_json_object(raw: bytes) -> dict[str, Any]:
@@ -67,6 +77,8 @@ def validate_request(model: type[RequestT], body: dict[str, Any]) -> RequestT:
         return model.model_validate(body)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
+        if first["loc"][0] == "tools" and "parameters" in first["loc"]:
+            _raise_tool_schema_problem(body)  # the head's schema check: our message for it
         param = _param_path(first["loc"])
         raise InvalidRequest(f"{param}: {first['msg']}", param=param) from None
 
