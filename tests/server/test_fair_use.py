@@ -112,8 +112,10 @@ def test_rate_limit_is_a_429_envelope_with_retry_after_and_overrides_hold(
     assert (error["type"], error["code"]) == ("requests", "rate_limit_exceeded")
     assert "0.5 requests/s" in error["message"]
     assert [_chat(gateway.url, KEY_A).status_code for _ in range(6)] == [200] * 6
-    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=KEY_B, max_retries=0)
-    with pytest.raises(openai.RateLimitError):
+    with (
+        openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=KEY_B, max_retries=0) as client,
+        pytest.raises(openai.RateLimitError),
+    ):
         client.chat.completions.create(
             model=TWIN_MODEL, messages=[{"role": "user", "content": "x"}]
         )

@@ -66,10 +66,25 @@ def two_tenants(start_twin, start_gateway, prefix: str) -> str:  # type: ignore[
     return url
 
 
+_CLIENTS: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """An unclosed client's pooled socket warns when collected, failing a later test."""
+    yield
+    for client in _CLIENTS:
+        client.close()
+    _CLIENTS.clear()
+
+
 def _sdk(url: str, key: str = "unused"):  # type: ignore[no-untyped-def]
+    """An SDK client, closed when the test ends (``_close_clients``)."""
     import openai
 
-    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=30)
+    client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=30)
+    _CLIENTS.append(client)
+    return client
 
 
 def test_failing_rehearsal_engine_degrades_instead_of_failing(start_twin, start_double,

@@ -21,13 +21,13 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
 
 def _create(vllm_gateway: Proc, extra: dict[str, Any], **knobs: Any) -> Any:
-    client = openai.OpenAI(
+    with openai.OpenAI(
         base_url=vllm_gateway.url + "/v1", api_key="x", max_retries=0, timeout=240
-    )
-    return client.chat.completions.create(
-        model=SERVED_MODEL_NAME, messages=USER_ASKS, tools=[WEATHER_TOOL], seed=3,
-        max_tokens=48, extra_body={**extra, "rehearsal": knobs},
-    )  # fmt: skip
+    ) as client:
+        return client.chat.completions.create(
+            model=SERVED_MODEL_NAME, messages=USER_ASKS, tools=[WEATHER_TOOL], seed=3,
+            max_tokens=48, extra_body={**extra, "rehearsal": knobs},
+        )  # fmt: skip
 
 
 def test_forced_tool_calls_rehearse_as_unparsed_and_still_commit(vllm_gateway: Proc) -> None:

@@ -57,15 +57,15 @@ def test_relayed_answer_is_the_engines(
 
 def test_completions_with_the_sdk_stream_and_alias(stack: dict[str, Proc]) -> None:
     """Legacy completions work with the SDK, streamed too, under an alias."""
-    client = openai.OpenAI(base_url=stack["gateway"].url + "/v1", api_key="x", max_retries=0)
-    whole = client.completions.create(model="envace", prompt="Say hi", max_tokens=8, seed=1)
-    assert whole.object == "text_completion"
-    assert whole.choices[0].text
-    pieces = client.completions.create(
-        model=TWIN_MODEL, prompt="Say hi", max_tokens=8, seed=1, stream=True,
-        stream_options={"include_usage": True},
-    )  # fmt: skip
-    chunks = list(pieces)
+    with openai.OpenAI(base_url=stack["gateway"].url + "/v1", api_key="x", max_retries=0) as client:
+        whole = client.completions.create(model="envace", prompt="Say hi", max_tokens=8, seed=1)
+        assert whole.object == "text_completion"
+        assert whole.choices[0].text
+        pieces = client.completions.create(
+            model=TWIN_MODEL, prompt="Say hi", max_tokens=8, seed=1, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        chunks = list(pieces)
     assert chunks[-1].usage is not None
     assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
 

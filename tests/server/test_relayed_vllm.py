@@ -7,6 +7,7 @@ comes back as vLLM answers it directly — the official SDK's completions and re
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -65,9 +66,15 @@ def test_relayed_answer_is_vllms(
     assert through.json() == direct.json()
 
 
-def test_completions_and_messages_streams(vllm_gateway: Proc) -> None:
+@pytest.fixture
+def client(vllm_gateway: Proc) -> Iterator[openai.OpenAI]:
+    """An SDK client of the gateway, closed when the test ends."""
+    with openai.OpenAI(base_url=vllm_gateway.url + "/v1", api_key="x", max_retries=0) as sdk:
+        yield sdk
+
+
+def test_completions_and_messages_streams(vllm_gateway: Proc, client: openai.OpenAI) -> None:
     """Legacy completions (SDK, streamed) and the Messages API stream through the gateway."""
-    client = openai.OpenAI(base_url=vllm_gateway.url + "/v1", api_key="x", max_retries=0)
     chunks = list(
         client.completions.create(
             model=SERVED_MODEL_NAME, prompt="hello", max_tokens=4, seed=3, stream=True,
@@ -84,9 +91,8 @@ def test_completions_and_messages_streams(vllm_gateway: Proc) -> None:
     assert "event: message_stop" in text
 
 
-def test_responses_relayed_with_the_sdk(vllm_gateway: Proc) -> None:
+def test_responses_relayed_with_the_sdk(client: openai.OpenAI) -> None:
     """Without rehearsal, ``responses.create``/``stream`` get vLLM's own function_call output."""
-    client = openai.OpenAI(base_url=vllm_gateway.url + "/v1", api_key="x", max_retries=0)
     tool = {"type": "function", **WEATHER_TOOL["function"]}
     kwargs: dict[str, Any] = {
         "model": SERVED_MODEL_NAME, "input": "What is the weather in Paris?", "tools": [tool],

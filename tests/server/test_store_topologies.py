@@ -151,33 +151,34 @@ def _session(
     gateway: Proc, world: World, session: str, task_index: int, timeout: float = 30
 ) -> list[Any]:
     """A rehearsed first turn, the tool results sent back, and the rehearsed second turn."""
-    sdk = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0, timeout=timeout)
-    task = world.tasks[task_index % len(world.tasks)]
-    messages = opening(world, task)
-    answers = []
-    for _ in range(2):
-        completion = sdk.chat.completions.create(
-            model=TWIN_MODEL,
-            messages=messages,
-            tools=world.tool_schemas(),
-            seed=3,
-            extra_body={"rehearsal": REHEARSE},
-            extra_headers={"X-Session-Id": session},
-        )
-        answers.append(completion)
-        calls = completion.choices[0].message.tool_calls or []
-        if not calls:
-            break
-        messages.append(assistant_turn(completion))
-        state = world.new_state(task)
-        for call in calls:
-            try:
-                arguments = json.loads(call.function.arguments)
-            except ValueError:
-                arguments = None
-            result = world.call(state, call.function.name, arguments)
-            content = json.dumps(result)
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+    url = gateway.url + "/v1"
+    with openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=timeout) as sdk:
+        task = world.tasks[task_index % len(world.tasks)]
+        messages = opening(world, task)
+        answers = []
+        for _ in range(2):
+            completion = sdk.chat.completions.create(
+                model=TWIN_MODEL,
+                messages=messages,
+                tools=world.tool_schemas(),
+                seed=3,
+                extra_body={"rehearsal": REHEARSE},
+                extra_headers={"X-Session-Id": session},
+            )
+            answers.append(completion)
+            calls = completion.choices[0].message.tool_calls or []
+            if not calls:
+                break
+            messages.append(assistant_turn(completion))
+            state = world.new_state(task)
+            for call in calls:
+                try:
+                    arguments = json.loads(call.function.arguments)
+                except ValueError:
+                    arguments = None
+                result = world.call(state, call.function.name, arguments)
+                content = json.dumps(result)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
     return answers
 
 

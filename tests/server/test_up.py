@@ -332,24 +332,24 @@ def test_up_with_real_vllm_end_to_end_then_ctrl_c(tmp_path: Path) -> None:
 
 
 def _chat_through(up: Proc) -> None:
-    client = openai.OpenAI(base_url=up.url + "/v1", api_key="x", max_retries=0, timeout=120)
-    hello = client.chat.completions.create(
-        model=SERVED_MODEL_NAME,
-        messages=[{"role": "user", "content": "Say hello."}],
-        max_tokens=16,
-        seed=3,
-    )
-    assert hello.choices[0].finish_reason in ("stop", "length")
-    assert hello.usage is not None
-    assert hello.usage.completion_tokens > 0
-    called = client.chat.completions.create(
-        model=SERVED_MODEL_NAME,
-        messages=USER_ASKS,  # type: ignore[arg-type]
-        tools=[WEATHER_TOOL],  # type: ignore[list-item]
-        max_tokens=64,
-        seed=4,
-        extra_body=forced_tool_call_extra(),
-    )
+    with openai.OpenAI(base_url=up.url + "/v1", api_key="x", max_retries=0, timeout=120) as client:
+        hello = client.chat.completions.create(
+            model=SERVED_MODEL_NAME,
+            messages=[{"role": "user", "content": "Say hello."}],
+            max_tokens=16,
+            seed=3,
+        )
+        assert hello.choices[0].finish_reason in ("stop", "length")
+        assert hello.usage is not None
+        assert hello.usage.completion_tokens > 0
+        called = client.chat.completions.create(
+            model=SERVED_MODEL_NAME,
+            messages=USER_ASKS,  # type: ignore[arg-type]
+            tools=[WEATHER_TOOL],  # type: ignore[list-item]
+            max_tokens=64,
+            seed=4,
+            extra_body=forced_tool_call_extra(),
+        )
     choice = called.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.tool_calls is not None

@@ -37,12 +37,13 @@ def client(proc: Proc) -> openai.OpenAI:
 
 def test_tool_call_through_gateway_equals_vllm(vllm_engine: Proc, vllm_gateway: Proc) -> None:
     """Sync SDK, non-stream and stream: the gateway's tool call is vLLM's, chunk for chunk."""
-    direct = client(vllm_engine).chat.completions.create(**request(4))
-    through = client(vllm_gateway).chat.completions.create(**request(4))
-    assert through.choices[0].finish_reason == "tool_calls"
-    assert comparable(through) == comparable(direct)
-    streamed_direct = list(client(vllm_engine).chat.completions.create(stream=True, **request(4)))
-    streamed = list(client(vllm_gateway).chat.completions.create(stream=True, **request(4)))
+    with client(vllm_engine) as engine, client(vllm_gateway) as gateway:
+        direct = engine.chat.completions.create(**request(4))
+        through = gateway.chat.completions.create(**request(4))
+        assert through.choices[0].finish_reason == "tool_calls"
+        assert comparable(through) == comparable(direct)
+        streamed_direct = list(engine.chat.completions.create(stream=True, **request(4)))
+        streamed = list(gateway.chat.completions.create(stream=True, **request(4)))
     assert reassemble(streamed) == reassemble(streamed_direct)
     assert reassemble(streamed)["finish"] == "tool_calls"
 

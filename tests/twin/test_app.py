@@ -109,21 +109,20 @@ def test_wire_keys_match_vllm(twin) -> None:
 
 def test_openai_sdk_gets_parsed_tool_call(twin) -> None:
     """The official SDK parses a tool call, non-stream and stream."""
-    client = openai.OpenAI(base_url=f"{twin.url}/v1", api_key="unused")
-    request = world_request("bank", 3, temperature=0)
-    completion = client.chat.completions.create(**request)
-    call = completion.choices[0].message.tool_calls[0]
-    assert call.function.name == "get_card"
-    with client.chat.completions.stream(**request) as stream:
-        for _ in stream:
-            pass
-        final = stream.get_final_completion()
-    streamed = final.choices[0].message.tool_calls[0]
-    assert (streamed.function.name, streamed.function.arguments) == (
-        call.function.name,
-        call.function.arguments,
-    )
-    client.close()
+    with openai.OpenAI(base_url=f"{twin.url}/v1", api_key="unused") as client:
+        request = world_request("bank", 3, temperature=0)
+        completion = client.chat.completions.create(**request)
+        call = completion.choices[0].message.tool_calls[0]
+        assert call.function.name == "get_card"
+        with client.chat.completions.stream(**request) as stream:
+            for _ in stream:
+                pass
+            final = stream.get_final_completion()
+        streamed = final.choices[0].message.tool_calls[0]
+        assert (streamed.function.name, streamed.function.arguments) == (
+            call.function.name,
+            call.function.arguments,
+        )
 
 
 def test_n_and_seed(twin) -> None:
