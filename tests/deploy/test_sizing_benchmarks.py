@@ -46,7 +46,8 @@ def test_redis_memory_benchmark_measures_every_session() -> None:
     assert read["turns_per_session"] == turns / sessions
     assert read["commands_per_turn"] > 0
     # It wrote under a prefix of its own and dropped every key before exiting.
-    assert list(redis.Redis().scan_iter(match="rgw-size-*")) == []
+    with redis.Redis() as client:
+        assert list(client.scan_iter(match="rgw-size-*")) == []
 
 
 def test_gateway_cpu_benchmark_reports_both_modes() -> None:

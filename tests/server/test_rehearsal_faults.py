@@ -210,8 +210,9 @@ def _start_redis(port: int, procs: list[subprocess.Popen[bytes]]) -> None:
 
     while time.monotonic() < deadline:
         try:
-            if redis.Redis(port=port, socket_timeout=0.5).ping():
-                return
+            with redis.Redis(port=port, socket_timeout=0.5) as probe:
+                if probe.ping():
+                    return
         except redis.RedisError:
             time.sleep(0.05)
     raise RuntimeError("private redis did not start")
