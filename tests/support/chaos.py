@@ -59,7 +59,7 @@ class ChaosProxy:
     reset_next: int = 0
     probe_delay_s: float = 1.0
     probes_held: int = 0
-    _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    _loop: asyncio.AbstractEventLoop = field(init=False)  # made by start(), closed by stop()
     _server: asyncio.Server | None = None
     _writers: set[asyncio.StreamWriter] = field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -73,9 +73,14 @@ class ChaosProxy:
     # ---- control (from the test's thread)
 
     def start(self) -> ChaosProxy:
+        self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self._call(self._listen())
+        try:
+            self._call(self._listen())
+        except BaseException:
+            self.stop()  # say, its port was taken meanwhile: leave no loop or thread
+            raise
         return self
 
     def set(self, fault: str, **options: float) -> None:
@@ -91,11 +96,16 @@ class ChaosProxy:
         self._call(self._set_reset(count))
 
     def stop(self) -> None:
-        self._call(self._shutdown())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
+        """End every connection, then the loop and its thread; a second call does nothing."""
+        if self._thread is None:
+            return
+        try:
+            self._call(self._shutdown())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
-        self._loop.close()
+            self._thread = None
+            self._loop.close()
 
     def _call(self, coro: Coroutine[Any, Any, None]) -> None:
         asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
@@ -175,6 +185,8 @@ class ChaosProxy:
                     await writer.drain()
                     continue
                 if upstream is None:
+                    # Refused or cancelled mid-connect, open_connection closes its half-made
+                    # socket itself; once it returns, ``upstream`` holds it before any await.
                     upstream = await asyncio.open_connection("127.0.0.1", self.upstream_port)
                 upstream[1].write(request)
                 await upstream[1].drain()
