@@ -62,8 +62,8 @@ class InProcessGateway:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, timeout: float = 15.0) -> None:
-        if not self.thread.is_alive():
-            return
+        # Also when the thread has already ended (a failed start, a second stop): the request
+        # log's handler, and its open file, must still leave the process-wide logger.
         self.server.should_exit = True
         self.thread.join(timeout)
         logging.getLogger(REQUEST_LOGGER).removeHandler(self.handler)
@@ -121,6 +121,7 @@ def _wait_started(gateway: InProcessGateway, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not gateway.thread.is_alive():
+            gateway.stop()
             raise RuntimeError(f"the in-process gateway {gateway.argv} exited while starting")
         if gateway.server.started:
             try:
