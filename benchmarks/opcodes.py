@@ -2,13 +2,15 @@
 
 CPU time per request on the project's shared 2-core machine moves by ±15% from one round to the
 next, so a cut of a few percent cannot be seen in ``benchmarks/overhead.py`` without many
-rounds. The number of Python opcodes a request makes the server run does not move at all, and on
-this stack it tracks CPU: on the agent body (``benchmarks/bodies.py``) the gateway ran ~10,700
-opcodes per pass-through and the Python floor (``benchmarks/floor_relay.py``, same uvicorn and
-aiohttp) ~5,000, a ratio of 2.1, when ``benchmarks.overhead --floor`` measured the two CPU
-times 1.9-2.2x apart. Work done in compiled code (orjson, pydantic-core, uvloop, the kernel) is
-not counted, so a change that moves Python work into one of them shows up here as a cut,
-and that cut must still be confirmed as CPU time.
+rounds. The number of Python opcodes a request makes the server run barely moves, and it
+says where the Python work is. On the agent body (``benchmarks/bodies.py``) the gateway ran
+~10,700 opcodes per pass-through and the Python floor (``benchmarks/floor_relay.py``, same
+uvicorn and aiohttp) ~5,000, a ratio of 2.1, while ``benchmarks.overhead --floor`` measured
+their CPU times 1.9-2.2x apart. An opcode is not a fixed cost, though: most of a request's CPU
+is spent in the C code those opcodes call (allocation, dicts, orjson, pydantic-core, uvloop,
+the kernel), none of which is counted here. The ~1,060 opcodes cut on 2026-12-02 (11,055 to
+9,995) were a 2-3% CPU cut (``benchmarks.gateway_cpu --against``). Use the count to find and
+compare Python work, and confirm every cut as CPU time.
 
 Each server runs under ``python -m benchmarks.opcodes trace MODULE ARGS...``, which runs MODULE as
 ``__main__`` (``clients.cli`` or ``uvicorn``) and counts opcodes per function between SIGUSR1

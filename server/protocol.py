@@ -240,10 +240,9 @@ class ChatRequestHead(_Wire):
     tools; best of 10): the whole request validated in 122 µs before (65 µs once the schema
     check left the field validators), this head in 53 µs, the JSON parse alone in 17 µs. With
     its nested parts as TypedDicts (above) the head took 14 µs against 23 µs as models (best of
-    three runs over 64 agent bodies, the two trees side by side), and the gateway's CPU per
-    pass-through fell to 0.90-0.94x (``benchmarks.overhead --against``, agent and small bodies,
-    1 and 16 clients). ``ChatCompletionRequest`` below checks everything, for the calls the
-    gateway rehearses (it composes engine requests of its own from their fields).
+    three runs over 64 agent bodies, the two trees side by side). ``ChatCompletionRequest``
+    below checks everything, for the calls the gateway rehearses (it composes engine requests
+    of its own from their fields).
     """
 
     messages: Annotated[list[MessageHead], Field(min_length=1)]
