@@ -16,6 +16,7 @@ engine the calls move and are answered; alone, each is a clear error. The tallie
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -159,17 +160,15 @@ def check(name: str, tally: Tally, *, answered: int | None = None) -> None:
 @pytest.fixture
 def chaos(start_twin) -> Iterator[Callable[[], ChaosProxy]]:  # type: ignore[no-untyped-def]
     """Factory: a chaos proxy in front of a fresh twin (``pass`` until told otherwise)."""
-    proxies: list[ChaosProxy] = []
+    with contextlib.ExitStack() as proxies:  # every proxy stopped, even when one stop() fails
 
-    def _start() -> ChaosProxy:
-        twin = start_twin("--seed", "1")
-        proxy = ChaosProxy(upstream_port=twin.port).start()
-        proxies.append(proxy)
-        return proxy
+        def _start() -> ChaosProxy:
+            twin = start_twin("--seed", "1")
+            proxy = ChaosProxy(upstream_port=twin.port).start()
+            proxies.callback(proxy.stop)
+            return proxy
 
-    yield _start
-    for proxy in proxies:
-        proxy.stop()
+        yield _start
 
 
 def _gateway(start_gateway, *urls: str, **env: str):  # type: ignore[no-untyped-def]
