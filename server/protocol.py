@@ -171,16 +171,19 @@ class _HeadPart(TypedDict):
 class SystemHead(_HeadPart):
     role: Literal["system"]
     content: Content
+    name: NotRequired[str | None]
 
 
 class DeveloperHead(_HeadPart):
     role: Literal["developer"]
     content: Content
+    name: NotRequired[str | None]
 
 
 class UserHead(_HeadPart):
     role: Literal["user"]
     content: Content
+    name: NotRequired[str | None]
 
 
 class AssistantHead(_HeadPart):
