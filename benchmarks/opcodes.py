@@ -72,18 +72,15 @@ def trace(argv: list[str]) -> None:
     runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
 
 
-def area(filename: str) -> str:
+def area(filename: str, trees: list[str]) -> str:
     """A function's file as a short area name: the package, our module's folder, or stdlib."""
     if "site-packages/" in filename:
         return filename.split("site-packages/", 1)[1].split("/", 1)[0]
-    for root in (str(ROOT), *(str(Path(t).resolve()) for t in _TREES)):
+    for root in (str(ROOT), *(str(Path(t).resolve()) for t in trees)):
         if filename.startswith(root + "/"):
             parts = filename[len(root) + 1 :].split("/")
             return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
     return "stdlib " + filename.rsplit("/", 1)[-1]
-
-
-_TREES: list[str] = []
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -94,7 +91,6 @@ def measure(args: argparse.Namespace) -> int:
     from benchmarks.overhead import run_round
     from tests.support.procs import cli_argv, free_port, start_http_server
 
-    _TREES.extend(args.against)
     tracer = [sys.executable, "-m", "benchmarks.opcodes", "trace"]
     bodies = build_bodies(args.profile, 64, seed=7)
     with tempfile.TemporaryDirectory(prefix="rgw-opcodes-") as tmp:
@@ -157,14 +153,14 @@ def report(counted: dict[str, collections.Counter[str]], args: argparse.Namespac
         print(f"| {name} | {value:,.0f} | {value / floor:.2f} | {value / gateway:.2f} |")
     by_area: collections.Counter[str] = collections.Counter()
     for key, n in counted["gateway"].items():
-        by_area[area(key.split("::", 1)[0])] += n
+        by_area[area(key.split("::", 1)[0], args.against)] += n
     print(f"\nthe gateway's opcodes per request by area (top {args.top})")
     for name, n in by_area.most_common(args.top):
         print(f"  {n / args.requests:8,.0f}  {name}")
     print(f"\nthe gateway's opcodes per request by function (top {args.top})")
     for key, n in counted["gateway"].most_common(args.top):
         filename, function = key.split("::", 1)
-        print(f"  {n / args.requests:8,.0f}  {function}  ({area(filename)})")
+        print(f"  {n / args.requests:8,.0f}  {function}  ({area(filename, args.against)})")
 
 
 def main(argv: list[str] | None = None) -> int:

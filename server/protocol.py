@@ -74,11 +74,7 @@ def tool_schema_problem(tools: list[Any] | None) -> tuple[str, str] | None:
     for index, tool in enumerate(tools or ()):
         function = tool.get("function") if isinstance(tool, dict) else None
         parameters = function.get("parameters") if isinstance(function, dict) else None
-        if not isinstance(parameters, dict) or (
-            parameters.get("type") == "object" and isinstance(parameters.get("properties"), dict)
-        ):
-            continue  # nothing to check, or the usual well-formed schema: no call for it
-        problem = tool_parameters_problem(parameters)
+        problem = tool_parameters_problem(parameters) if isinstance(parameters, dict) else None
         if problem is not None:
             return f"tools[{index}].function.parameters", f"Value error, {problem}"
     return None
