@@ -154,6 +154,15 @@ def preemptions(engine: Proc) -> float:
     return total
 
 
+def gateway_preemptions(gateway: Proc) -> float:
+    """Imaginations the gateway cancelled for real work so far (``RGW_REHEARSAL_YIELD``)."""
+    total = 0.0
+    for line in httpx.get(gateway.url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("rehearsal_gateway_rehearsal_preemptions_total{"):
+            total += float(line.rsplit(" ", 1)[-1])
+    return total
+
+
 async def under_load(url: str, plain: int, load: int, seed: int) -> tuple[list[float], list[Any]]:
     """Plain requests one at a time while ``load`` clients keep K=4 rehearsals in flight.
 
@@ -183,9 +192,9 @@ async def under_load(url: str, plain: int, load: int, seed: int) -> tuple[list[f
 
 def loaded_phases(shares: list[float]) -> list[str]:
     """The gateways the load runs through: every slot open to rehearsal, then each share."""
-    names = ["fcfs", "priority"]
+    names = ["fcfs", "priority", "yield"]
     for share in shares:
-        names += [f"fcfs@{share:g}", f"priority@{share:g}"]
+        names += [f"fcfs@{share:g}", f"priority@{share:g}", f"yield@{share:g}"]
     return names
 
 
@@ -194,14 +203,16 @@ async def priorities(gateways: dict[str, Proc], engine: Proc, args: argparse.Nam
     samples: dict[str, list[float]] = {"alone": [], **{name: [] for name in loaded}}
     load: dict[str, list[Any]] = {name: [] for name in samples}
     pushed: dict[str, float] = dict.fromkeys(samples, 0.0)
+    yielded: dict[str, float] = dict.fromkeys(samples, 0.0)
     for round_ in range(args.priority_rounds):
         seed = 5000 + 100 * round_
         samples["alone"] += await plain_latencies(gateways["priority"].url, args.plain, seed)
         shift = round_ % len(loaded)  # each round starts the rotation one phase later
         for name in loaded[shift:] + loaded[:shift]:
-            before = preemptions(engine)
+            before = preemptions(engine), gateway_preemptions(gateways[name])
             times, rehearsals = await under_load(gateways[name].url, args.plain, args.load, seed)
-            pushed[name] += preemptions(engine) - before
+            pushed[name] += preemptions(engine) - before[0]
+            yielded[name] += gateway_preemptions(gateways[name]) - before[1]
             samples[name] += times
             load[name] += rehearsals
     alone = statistics.median(samples["alone"])
@@ -216,6 +227,7 @@ async def priorities(gateways: dict[str, Proc], engine: Proc, args: argparse.Nam
             "load_p50_s": statistics.median([t for t, _ in load[name]]) if load[name] else 0.0,
             "load_degraded": sum(degraded for _, degraded in load[name]),
             "vllm_preemptions": pushed[name],
+            "gateway_preemptions": yielded[name],
         }
         for name, values in samples.items()
     }
@@ -233,13 +245,19 @@ def start_gateway(
 
 
 def gateway_configs(args: argparse.Namespace) -> dict[str, tuple[str, dict[str, str]]]:
-    """Each gateway's scheduling and settings: ``fcfs``/``priority``, then ``…@share``."""
-    configs = {name: (name, {"RGW_REHEARSAL_ENGINE_SHARE": "1"}) for name in ("priority", "fcfs")}
+    """Each gateway's scheduling and settings: ``fcfs``/``priority``/``yield``, then ``…@share``.
+
+    ``yield``: fcfs, imaginations preempted by real work (``RGW_REHEARSAL_YIELD``).
+    """
+    every = {"RGW_REHEARSAL_ENGINE_SHARE": "1"}
+    configs = {name: (name, every) for name in ("priority", "fcfs")}
+    configs["yield"] = ("fcfs", {**every, "RGW_REHEARSAL_YIELD": "1"})
     for share in args.share:
         held = {"RGW_REHEARSAL_ENGINE_SHARE": str(share),
                 "RGW_ENGINE_MAX_CONCURRENCY": str(args.max_num_seqs)}  # fmt: skip
         for scheduling in ("fcfs", "priority"):
             configs[f"{scheduling}@{share:g}"] = (scheduling, held)
+        configs[f"yield@{share:g}"] = ("fcfs", {**held, "RGW_REHEARSAL_YIELD": "1"})
     return configs
 
 
@@ -247,7 +265,11 @@ def phase_label(name: str, max_num_seqs: int) -> str:
     if name == "alone":
         return "alone"
     scheduling, _, share = name.partition("@")
-    label = "no priorities" if scheduling == "fcfs" else "rehearsal at priority 10"
+    label = {
+        "fcfs": "no priorities",
+        "priority": "rehearsal at priority 10",
+        "yield": "imagination yields to real work",
+    }[scheduling]
     if not share:
         return f"under rehearsal load, {label}"
     held = int(max_num_seqs * float(share) + 1e-9)
@@ -302,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
           "target ≥ 80%); rehearsal-role calls alone: "
           f"{lap['rehearse_cached_share']:.1%}")  # fmt: skip
     print("\n| plain pass-through requests (max_tokens 16), one at a time | p50 ms | p90 ms "
-          "| × alone | requests | load: rehearsals, p50 s, degraded | vLLM preemptions |\n"
-          "|---|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+          "| × alone | requests | load: rehearsals, p50 s, degraded | vLLM preemptions "
+          "| imaginations cancelled |\n|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
     for name, row in waits.items():
         tally = ""
         if name != "alone":
@@ -311,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{row['load_degraded']}")  # fmt: skip
         print(f"| {phase_label(name, args.max_num_seqs)} | {row['p50_ms']:.0f} "
               f"| {row['p90_ms']:.0f} | {row['vs_alone']:.2f} | {row['n']} | {tally} "
-              f"| {row['vllm_preemptions']:.0f} |")  # fmt: skip
+              f"| {row['vllm_preemptions']:.0f} | {row['gateway_preemptions']:.0f} |")  # fmt: skip
     if args.json:
         Path(args.json).write_bytes(orjson.dumps({"overlap": lap, "priorities": waits}))
     return 0

@@ -147,6 +147,8 @@ async def open_state(
         eject_after=settings.eject_after_failures,
         health_failures=settings.health_failures,
         rehearsal_share=settings.rehearsal_engine_share,
+        rehearsal_yield=settings.rehearsal_yield,
+        rehearsal_yield_quiet_s=settings.rehearsal_yield_quiet_s,
     )
     metrics.start_series(engine.name for engine in pool.engines)
     http = engine_http_client(settings, engine_transport)

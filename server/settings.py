@@ -142,6 +142,11 @@ class GatewaySettings(BaseSettings):
     # slot before a waiting rehearsal call does (server/engines/pool.py). 1: no reservation.
     # Rounded down, at least one slot.
     rehearsal_engine_share: float = Field(default=0.5, gt=0, le=1)
+    # Real work preempts imaginations: an acting call cancels the rehearsal-role calls running
+    # on its engine, which start again once the engine has no real work (server/engines/pool.py).
+    rehearsal_yield: bool = False
+    # How long an engine must have had no real work before imaginations start on it again.
+    rehearsal_yield_quiet_s: float = Field(default=0.05, ge=0)
     # Imaginations of one rehearsal that are ready together (parallel rehearsal's K walks) go to
     # the engine as one vLLM ``/v1/chat/completions/batch`` call instead of one call each
     # (server/rehearse/batching.py). An engine that has no such route (404/405) turns it off.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from server.chat_call import PASSTHROUGH
 from server.engines.client import CHAT_PATH, EngineClient, EngineStream
@@ -85,10 +86,14 @@ class EngineCalls:
         bound_s: float | None = None,
         samples: int = 1,
         candidates: int = 0,
+        owner: object | None = None,
     ) -> bytes:
         """One non-streamed engine call for ``role``; retried elsewhere when that is safe.
 
-        ``samples`` and ``candidates``: the slots it takes (``Engine.slots_for``).
+        ``samples`` and ``candidates``: the slots it takes (``Engine.slots_for``). ``owner``:
+        the rehearsal it is part of. A rehearsal-role call that others' real work preempts
+        (``RGW_REHEARSAL_YIELD``, ``server/engines/pool.py``) is sent again, within its bound,
+        once that work is done; a preemption is no failure of the engine's.
         """
         deadline = self._deadline(bound_s)
         tried: set[str] = set()
@@ -96,8 +101,9 @@ class EngineCalls:
         while True:
             left = self._left(deadline)
             engine = await self.pool.acquire(
-                role, model, affinity, frozenset(tried), left, samples, candidates
+                role, model, affinity, frozenset(tried), left, samples, candidates, owner
             )
+            task = self._yielding(engine, role, owner)
             try:
                 return await self.engines.chat(
                     engine, payload, label, affinity=affinity, path=path, method=method,
@@ -106,8 +112,24 @@ class EngineCalls:
             except EngineError as exc:
                 attempts += 1
                 self._after_failure(engine, exc, tried, attempts)
+            except asyncio.CancelledError:
+                if task is None or not engine.real.take_preempt(task):
+                    raise
             finally:
-                self.pool.release(engine, role, samples, candidates)
+                if task is not None:
+                    engine.real.unwatch(task)
+                self.pool.release(engine, role, samples, candidates, owner)
+
+    def _yielding(
+        self, engine: Engine, role: Role, owner: object | None
+    ) -> asyncio.Task[Any] | None:
+        """Register a rehearsal-role call as one real work may preempt (when yielding is on)."""
+        if role != "rehearse" or not self.pool.rehearsal_yield:
+            return None
+        task = asyncio.current_task()
+        assert task is not None  # engine calls run in tasks
+        engine.real.watch(task, owner)
+        return task
 
     async def open_stream(
         self,

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from server.engines.routers import DIALECTS, RouterDialect
+from server.engines.yielding import RealWork
 from server.settings import EngineSpec, Role
 from server.telemetry.logs import engine_request_id
 
@@ -71,6 +72,7 @@ class Engine:
     hung: bool = False  # taken out by probes: nothing answered at all
     waiters: set[asyncio.Task[Any]] = field(default_factory=set)  # tasks awaiting this engine
     aborted: set[asyncio.Task[Any]] = field(default_factory=set)
+    real: RealWork = field(default_factory=RealWork)  # acting calls, imaginations yielding
     _key: bytes = b""
 
     def __post_init__(self) -> None:

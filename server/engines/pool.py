@@ -21,6 +21,16 @@ of long imaginations makes real work wait whatever its priority. Matching an eng
 deadline (or, past ``queue_timeout``, refused ``EngineOverloaded``), and the rehearsal degrades as
 after any other engine fault: its answer still comes.
 
+**Imagination yields to real work** (``rehearsal_yield``, ``RGW_REHEARSAL_YIELD``). Even within
+its share, an imagination runs in every decode step the real work runs in, and on a small engine
+that slows the real work (docs/benchmarks.md). With yielding on, an acting call that takes its
+slot on an engine cancels the rehearsal-role calls running there (closing the connection aborts
+the request in vLLM), and a rehearsal-role call does not start while real work runs there; each
+cancelled call is sent again, whole, once the engine has no real work (the prefix cache keeps
+the prompt; the tokens it had written are lost), within its rehearsal's deadline, and only once
+that work was quiet for ``rehearsal_yield_quiet_s``. A rehearsal's own acting calls neither
+cancel nor hold back its own imaginations (``owner``; ``server/engines/yielding.py``).
+
 Health comes from two sides, and neither lies about a busy engine:
 
 - **passive**: ``eject_after`` consecutive failed calls (refused, timed out, broken, 5xx) take an
@@ -52,7 +62,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,10 +75,10 @@ from server.engines.engine import (
     concurrency_limit,
     rehearsal_slots,
 )
+from server.engines.health import EnginesReady, PoolHealth
 from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
 from server.settings import EngineSpec, Role
 from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.readiness import CheckResult
 
 __all__ = ["ROUTER_CONCURRENCY", "Engine", "EnginePool", "EnginesReady", "Probe", "affinity_key"]
 
@@ -103,7 +113,7 @@ class _WaitingWork:
 
 
 @dataclass
-class EnginePool:
+class EnginePool(PoolHealth):
     """All engines, the aliases in front of their models, and the routing decision."""
 
     engines: list[Engine]
@@ -113,6 +123,9 @@ class EnginePool:
     eject_after: int = 1  # consecutive failed calls that take an engine out
     health_failures: int = 1  # consecutive failed probes that take an engine out
     rehearsal_share: float = 1.0  # of each engine's slots, what rehearsal-role calls may hold
+    rehearsal_yield: bool = False  # real work preempts imaginations (module docstring)
+    rehearsal_yield_quiet_s: float = 0.05  # how long after real work imaginations start again
+    _wake_at: float = 0.0  # when the scheduled wake-up of waiters held back by real work runs
     _room: asyncio.Condition = field(default_factory=asyncio.Condition)
     _waiting: int = 0
     _waiting_work: list[_WaitingWork] = field(default_factory=list)  # acting calls only
@@ -130,6 +143,8 @@ class EnginePool:
         eject_after: int = 1,
         health_failures: int = 1,
         rehearsal_share: float = 1.0,
+        rehearsal_yield: bool = False,
+        rehearsal_yield_quiet_s: float = 0.05,
     ) -> EnginePool:
         pool = cls(
             [],
@@ -139,6 +154,8 @@ class EnginePool:
             eject_after=eject_after,
             health_failures=health_failures,
             rehearsal_share=rehearsal_share,
+            rehearsal_yield=rehearsal_yield,
+            rehearsal_yield_quiet_s=rehearsal_yield_quiet_s,
         )
         pool.engines = [
             pool._engine(spec, default_concurrency)
@@ -214,6 +231,7 @@ class EnginePool:
         exclude: frozenset[str],
         samples: int = 1,
         candidates: int = 0,
+        owner: object | None = None,
     ) -> Engine | None:
         """The engine for a call, or None when every healthy candidate is full (for ``role``)."""
         pool = [
@@ -231,22 +249,38 @@ class EnginePool:
                 else "no other engine is left to try for this request"
             )
         preferred = max(pool, key=lambda e: e.score(affinity))
-        with_room = [e for e in healthy if self._open_to(role, e, samples, candidates)]
+        with_room = [e for e in healthy if self._open_to(role, e, samples, candidates, owner)]
         if preferred in with_room:
             return preferred
         if not with_room:
             return None
         return min(with_room, key=lambda e: (e.load, -e.score(affinity)))
 
-    def _open_to(self, role: Role, engine: Engine, samples: int = 1, candidates: int = 0) -> bool:
+    def _open_to(
+        self,
+        role: Role,
+        engine: Engine,
+        samples: int = 1,
+        candidates: int = 0,
+        owner: object | None = None,
+    ) -> bool:
         """Whether a call of ``role`` may take its slots of ``engine`` now.
 
         A rehearsal call also leaves the free slots that waiting acting calls could take: real
-        work queued first is served first, whichever call began to wait earlier.
+        work queued first is served first, whichever call began to wait earlier; and, when
+        imagination yields, it waits while others' real work runs on the engine.
         """
         if not engine.has_room_for(role, samples, candidates):
             return False
-        if role != "rehearse" or not self._waiting_work:
+        if role != "rehearse":
+            return True
+        if self.rehearsal_yield:
+            wait = engine.real.wait_for(owner, time.monotonic(), self.rehearsal_yield_quiet_s)
+            if wait is not None:
+                if wait > 0:
+                    self._wake_in(wait)
+                return False
+        if not self._waiting_work:
             return True
         wanted = sum(work.slots for work in self._waiting_work if work.could_use(engine))
         return engine.free_slots - engine.slots_for(role, samples)[0] >= wanted
@@ -260,6 +294,7 @@ class EnginePool:
         within: float | None = None,
         samples: int = 1,
         candidates: int = 0,
+        owner: object | None = None,
     ) -> Engine:
         """Choose an engine and take its slots for the call, waiting while all are full.
 
@@ -267,16 +302,24 @@ class EnginePool:
         (``candidates`` of an acting call's) held to its share (``Engine.slots_for``).
         The wait is ``queue_timeout``, or ``within`` (what is left of the call's own bound)
         when that is shorter: a request queues within its deadline, never past it.
+        ``owner``: the rehearsal the call is part of, if any (yielding, module docstring); an
+        acting call that takes its slots preempts the others' imaginations on that engine.
         """
-        engine = self.choose(role, model, affinity, exclude, samples, candidates)
+        engine = self.choose(role, model, affinity, exclude, samples, candidates, owner)
         if engine is None:
             wait = self.queue_timeout if within is None else min(within, self.queue_timeout)
             engine = await self._wait_for_room(
-                role, model, affinity, exclude, max(wait, 0.0), samples, candidates
+                role, model, affinity, exclude, max(wait, 0.0), samples, candidates, owner
             )
         slots, share = engine.slots_for(role, samples, candidates)
         engine.in_flight += slots
         engine.rehearse_in_flight += share
+        if role != "rehearse":
+            engine.real.began(owner)
+            if self.rehearsal_yield and engine.real.yielding:
+                preempted = engine.real.preempt_for(owner)
+                if preempted:
+                    self.metrics.rehearsal_preempted(engine.name, preempted)
         return engine
 
     async def _wait_for_room(
@@ -288,6 +331,7 @@ class EnginePool:
         wait: float,
         samples: int,
         candidates: int,
+        owner: object | None,
     ) -> Engine:
         # In this task, not under ``wait_for`` (a separate task on Python 3.11): between the
         # choice and ``acquire`` taking the slot nothing may run, or every waiter woken by one
@@ -300,7 +344,7 @@ class EnginePool:
             async with asyncio.timeout(wait), self._room:
                 while True:
                     await self._room.wait()
-                    engine = self.choose(role, model, affinity, exclude, samples, candidates)
+                    engine = self.choose(role, model, affinity, exclude, samples, candidates, owner)
                     if engine is not None:
                         return engine
         except TimeoutError:
@@ -312,109 +356,34 @@ class EnginePool:
             if work is not None:
                 self._waiting_work.remove(work)
 
-    def release(self, engine: Engine, role: Role, samples: int = 1, candidates: int = 0) -> None:
+    def release(
+        self,
+        engine: Engine,
+        role: Role,
+        samples: int = 1,
+        candidates: int = 0,
+        owner: object | None = None,
+    ) -> None:
         """Give back the slots ``acquire`` took for the same arguments."""
         slots, share = engine.slots_for(role, samples, candidates)
         engine.in_flight -= slots
         engine.rehearse_in_flight -= share
-        if self._waiting:  # only pay for the wake-up when someone waits
-            # Wake all: a waiter may be bound to a model or exclusions the freed engine misses.
+        if role != "rehearse":
+            engine.real.finished(owner, time.monotonic())
+        # Wake all: a waiter may be bound to a model or exclusions the freed engine misses.
+        self._wake()
+
+    def _wake_in(self, delay: float) -> None:
+        """Wake the waiters in ``delay`` seconds (real work's quiet period ends then)."""
+        loop = asyncio.get_running_loop()
+        at = time.monotonic() + delay
+        if self._wake_at > time.monotonic() and self._wake_at <= at:
+            return  # an earlier wake-up is already due; the waiters look again then
+        self._wake_at = at
+        loop.call_later(delay, self._wake)
+
+    def _wake(self) -> None:
+        if self._waiting:
             task = asyncio.get_running_loop().create_task(self._notify_all())
             self._wakeups.add(task)
             task.add_done_callback(self._wakeups.discard)
-
-    # ---- health
-
-    def mark_unreachable(self, engine: Engine) -> None:
-        """Take an engine out of routing until a probe passes."""
-        if engine.healthy:
-            log.warning("engine %s taken out; routing around it", engine.name)
-        engine.healthy = False
-        self.metrics.engine_state(engine.name, healthy=False, queue_depth=engine.queue_depth)
-
-    def record_failure(self, engine: Engine) -> None:
-        """Passive health: one failed call; ``eject_after`` in a row take the engine out."""
-        engine.failures += 1
-        if engine.failures >= self.eject_after and engine.healthy:
-            log.warning("engine %s failed %d calls in a row", engine.name, engine.failures)
-            self.metrics.engine_ejected(engine.name, "calls")
-            self.mark_unreachable(engine)
-
-    def apply(self, engine: Engine, probe: Probe, since: float | None = None) -> None:
-        """Record one health check's outcome (ignored for an engine that left meanwhile).
-
-        ``since``: when the previous probe round started; a timed-out probe is excused when the
-        engine delivered real traffic after it (busy, not dead).
-        """
-        if engine not in self.engines:
-            return
-        if probe.healthy:
-            engine.probe_failures = 0
-            engine.hung = False
-        elif probe.timed_out and since is not None and engine.progress_at > since:
-            return  # slow to probe, but answering: keep its state and last queue depth
-        else:
-            engine.probe_failures += 1
-            if engine.probe_failures < self.health_failures and engine.healthy:
-                return
-        if probe.healthy != engine.healthy:
-            log.info("engine %s is %s", engine.name, "healthy" if probe.healthy else "unhealthy")
-        if engine.healthy and not probe.healthy:
-            self.metrics.engine_ejected(engine.name, "probes")
-            if probe.timed_out:
-                engine.hung = True
-                aborted = engine.abort_calls()
-                if aborted:
-                    log.warning("engine %s stopped answering; %d calls moved", engine.name, aborted)
-        engine.healthy = probe.healthy
-        engine.queue_depth = probe.queue_depth
-        if probe.models and not engine.spec.model:
-            engine.models = probe.models
-        if probe.cards:
-            engine.cards = probe.cards
-        self.metrics.engine_state(engine.name, healthy=probe.healthy, queue_depth=probe.queue_depth)
-
-    async def check_all(self, probe: Callable[[Engine], Awaitable[Probe]]) -> None:
-        """Probe every engine once, concurrently."""
-        await self.check(list(self.engines), probe)
-
-    async def check(
-        self, engines: Sequence[Engine], probe: Callable[[Engine], Awaitable[Probe]]
-    ) -> None:
-        """Probe these engines once, concurrently, and wake callers waiting for room."""
-        started = time.monotonic()
-        results = await asyncio.gather(*(probe(engine) for engine in engines))
-        for engine, result in zip(engines, results, strict=True):
-            since, engine.probed_at = engine.probed_at, started
-            self.apply(engine, result, since or None)
-        if self._waiting:
-            await self._notify_all()
-
-    async def _notify_all(self) -> None:
-        async with self._room:
-            self._room.notify_all()
-
-    async def run_health_checks(
-        self, probe: Callable[[Engine], Awaitable[Probe]], interval: float
-    ) -> None:
-        """Probe forever, every ``interval`` seconds (a lifespan task, cancelled at shutdown)."""
-        while True:
-            await asyncio.sleep(interval)
-            await self.check_all(probe)
-
-    @property
-    def any_healthy(self) -> bool:
-        return any(engine.healthy for engine in self.engines)
-
-
-@dataclass(frozen=True)
-class EnginesReady:
-    """Ready when at least one engine passed its last health check."""
-
-    pool: EnginePool
-    name: str = "engines"
-
-    async def check(self) -> CheckResult:
-        healthy = [e.name for e in self.pool.engines if e.healthy]
-        total = len(self.pool.engines)
-        return CheckResult(bool(healthy), f"{len(healthy)}/{total} healthy")

@@ -102,6 +102,7 @@ class EngineGenerator:
                 samples=request.n,
                 # Parallel rehearsal's K acting samples: one is the turn, the rest candidates.
                 candidates=request.n - 1 if request.role == "act" else 0,
+                owner=self,  # its own acting calls do not preempt its imaginations
             )
         except EngineError as exc:
             message = f"{request.role} call failed: {exc.message}"
@@ -121,6 +122,7 @@ class EngineGenerator:
             raw = await self.calls.call(
                 payload, role="rehearse", model=self.model, affinity=self.affinity,
                 label="rehearse", path=BATCH_PATH, bound_s=self._bound(), samples=len(requests),
+                owner=self,
             )  # fmt: skip
         except EngineRejected as exc:
             raise BatchRefused(exc.status) from exc

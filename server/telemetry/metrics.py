@@ -178,6 +178,12 @@ class GatewayMetrics:
             ("engine", "cause"),
             registry=reg,
         )
+        self.rehearsal_preemptions = Counter(
+            PREFIX + "rehearsal_preemptions",
+            "Rehearsal-role calls cancelled for real work on their engine (RGW_REHEARSAL_YIELD).",
+            ("engine",),
+            registry=reg,
+        )
         self.client_disconnects = Counter(
             PREFIX + "client_disconnects",
             "Clients that left before their request was read (stage upload) or answered.",
@@ -188,6 +194,10 @@ class GatewayMetrics:
     def engine_ejected(self, engine: str, cause: str) -> None:
         """An engine was taken out of routing (``calls`` or ``probes``)."""
         self.engine_ejections.labels(engine, cause).inc()
+
+    def rehearsal_preempted(self, engine: str, calls: int) -> None:
+        """Real work took its slot on ``engine`` and cancelled ``calls`` imaginations there."""
+        self._child(self.rehearsal_preemptions, engine).inc(calls)
 
     def client_disconnected(self, stage: str) -> None:
         """A client left early: ``upload`` (mid-body) or ``body_timeout`` (body never finished)."""
@@ -283,6 +293,7 @@ class GatewayMetrics:
         for engine in engines:
             for kind in ENGINE_ERROR_KINDS:
                 self.engine_errors.labels(engine, kind)
+            self.rehearsal_preemptions.labels(engine)
         for op in STORE_OPS:
             self.store_errors.labels(op)
         for reason in DEGRADED_REASONS:

@@ -11,8 +11,8 @@ delay:SECONDS (a normal answer after SECONDS: a whole one, or a stream spread ov
 imagine:SECONDS (a whole engine for rehearsal: an acting call, one with ``tools``, gets ``n``
 distinct calls of the first tool at once; a rehearsal-role call, one whose system message asks
 for an ``<execution_result>``, is answered after SECONDS, or aborted when the gateway leaves;
-any other call is answered at once; ``/metrics`` adds the rehearsal calls running now and the
-most ever running at once).
+any other call is answered at once; ``/metrics`` adds the rehearsal calls running now, the
+most ever running at once and how many ever started).
 """
 
 from __future__ import annotations
@@ -108,12 +108,13 @@ def is_rehearsal_call(body: dict[str, Any]) -> bool:
 
 def build_app(mode: str, model: str = MODEL) -> Starlette:
     running = 0
-    imagining = peak = 0
+    imagining = peak = started = 0
 
     async def imagine(request: Request, seconds: float) -> Response:
-        nonlocal running, imagining, peak
+        nonlocal running, imagining, peak, started
         running += 1
         imagining += 1
+        started += 1
         peak = max(peak, imagining)
         try:
             await asyncio.wait_for(wait_for_disconnect(request), seconds)
@@ -192,6 +193,7 @@ def build_app(mode: str, model: str = MODEL) -> Starlette:
         text = f'vllm:num_requests_running{{model_name="{MODEL}"}} {running}\n'
         text += f'vllm:num_requests_waiting{{model_name="{MODEL}"}} 0\n'
         text += f"double_rehearsal_running {imagining}\ndouble_rehearsal_peak {peak}\n"
+        text += f"double_rehearsal_started {started}\n"
         return Response(text, media_type="text/plain")
 
     async def models(request: Request) -> Response:

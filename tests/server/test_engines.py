@@ -300,3 +300,75 @@ async def test_rehearsal_leaves_a_waiting_multi_choice_call_all_the_slots_it_nee
     pool.release(busy.pop(), "act")  # 3 free now: the waiting call's
     assert await asyncio.wait_for(waiting, 1) is engine
     assert engine.in_flight == 4
+
+
+async def _held_imagination(pool: EnginePool, owner: object) -> tuple[asyncio.Task[bool], Engine]:
+    """A task holding a rehearsal slot, registered as one real work may preempt; it returns
+    whether it was preempted (and nothing else cancelled it)."""
+    engine = await pool.acquire("rehearse", "m", b"r", owner=owner)
+
+    async def imagine() -> bool:
+        task = asyncio.current_task()
+        assert task is not None
+        engine.real.watch(task, owner)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            if engine.real.take_preempt(task):
+                return True
+            raise
+        finally:
+            pool.release(engine, "rehearse", owner=owner)
+        return False  # pragma: no cover - the tests end it by cancelling it
+
+    task = asyncio.create_task(imagine())
+    await asyncio.sleep(0)
+    return task, engine
+
+
+async def test_real_work_preempts_others_imaginations_and_holds_them_back_until_done() -> None:
+    """With yielding on, an acting call cancels the imaginations of other rehearsals on its
+    engine and keeps new ones waiting until it is done; a rehearsal's own acting call does
+    neither to its own imaginations."""
+    pool = make_pool(count=1, limit=4)
+    pool.rehearsal_yield, pool.rehearsal_yield_quiet_s, pool.queue_timeout = True, 0.5, 5.0
+    mine, theirs = object(), object()
+    kept, engine = await _held_imagination(pool, mine)
+    own_turn = await pool.acquire("act", "m", b"a", owner=mine)
+    await asyncio.sleep(0)
+    assert not kept.done()  # its own acting call preempts nothing of its own
+    assert await pool.acquire("rehearse", "m", b"r", owner=mine, within=0.05) is engine
+    pool.release(engine, "rehearse", owner=mine)
+    pool.release(own_turn, "act", owner=mine)  # its own ended work holds back nothing of its own
+    assert await pool.acquire("rehearse", "m", b"r", owner=mine, within=0.05) is engine
+    pool.release(engine, "rehearse", owner=mine)
+    own_turn = await pool.acquire("act", "m", b"a", owner=mine)
+    with pytest.raises(EngineOverloaded):  # another rehearsal waits while real work runs
+        await pool.acquire("rehearse", "m", b"r", owner=theirs, within=0.05)
+    waiting = asyncio.create_task(pool.acquire("rehearse", "m", b"r", owner=theirs, within=5))
+    plain = await pool.acquire("act", "m", b"p")  # not a rehearsal's: preempts every one
+    assert await kept  # preempted
+    pool.release(own_turn, "act", owner=mine)
+    await asyncio.sleep(0.02)
+    assert not waiting.done()  # the plain request still runs
+    pool.release(plain, "act")
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # the quiet period after real work has not passed yet
+    assert await asyncio.wait_for(waiting, 2) is engine  # woken when it has
+    pool.release(engine, "rehearse", owner=theirs)
+    assert (engine.in_flight, engine.real.in_flight, engine.real.owned) == (0, 0, {})
+    assert pool.metrics.rehearsal_preemptions.labels("e0")._value.get() == 1
+
+
+async def test_without_yielding_real_work_leaves_imaginations_alone() -> None:
+    pool = make_pool(count=1, limit=4)
+    held, engine = await _held_imagination(pool, object())
+    plain = await pool.acquire("act", "m", b"p")
+    await asyncio.sleep(0)
+    assert not held.done()
+    assert engine.real.yielding
+    held.cancel()  # not a preemption: the cancellation goes on
+    with pytest.raises(asyncio.CancelledError):
+        await held
+    pool.release(plain, "act")
+    assert engine.in_flight == 0

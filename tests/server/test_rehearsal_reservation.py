@@ -79,3 +79,29 @@ def test_plain_request_beside_imaginations_holding_their_share(
         assert seconds > 0.5  # waited for the deadline to cut the imaginations holding both
     assert summary["degraded"] == "deadline"  # the waiting imaginations were cut, not lost
     wait_for_running(engine.url, 0)  # the cut imaginations left the engine
+
+
+@pytest.mark.parametrize("yields", [pytest.param(True, id="yield"), pytest.param(False, id="off")])
+def test_imaginations_yield_to_a_plain_request_and_start_again(
+    start_double, start_gateway, yields: bool
+) -> None:
+    """``RGW_REHEARSAL_YIELD``: a plain request cancels the imaginations on its engine.
+
+    They leave the engine (vLLM aborts a request whose client left) and start again once the
+    plain request is done; the rehearsal's answer still comes. Off, they run on beside it.
+    """
+    engine = start_double("imagine:30")
+    env = {"RGW_ENGINE_MAX_CONCURRENCY": "8", "RGW_REHEARSAL_ENGINE_SHARE": "1",
+           "RGW_REHEARSAL_YIELD": "1" if yields else "0"}  # fmt: skip
+    gateway = start_gateway(engine.url + "/v1", env=env)
+    seconds, summary = _plain_beside_a_rehearsal(gateway.url, engine.url, 4)
+    assert seconds < 0.5
+    assert summary["degraded"] == "deadline"
+    cancelled = metric_value(gateway.url, "rehearsal_gateway_rehearsal_preemptions_total")
+    started = metric_value(engine.url, "double_rehearsal_started")
+    if yields:
+        assert cancelled == 4
+        assert started == 8  # each cancelled imagination was sent again, once
+    else:
+        assert (cancelled, started) == (0, 4)
+    wait_for_running(engine.url, 0)

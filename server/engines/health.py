@@ -1,0 +1,126 @@
+"""The engine pool's health: passive ejection, active probes, and the readiness check.
+
+``PoolHealth`` is the half of ``EnginePool`` (``server/engines/pool.py``, whose docstring says
+how health is judged) that records failed calls and probe outcomes and runs the probe loop;
+the pool inherits it, so callers see one object. ``EnginesReady`` is the readiness check the
+lifespan registers: ready when at least one engine passed its last probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from server.engines.engine import Engine, Probe
+from server.telemetry.metrics import GatewayMetrics
+from server.telemetry.readiness import CheckResult
+
+log = logging.getLogger("rehearsal_gateway.engines")
+
+
+class PoolHealth:
+    """Health state changes of the pool's engines (a base of ``EnginePool``: its fields)."""
+
+    engines: list[Engine]
+    metrics: GatewayMetrics
+    eject_after: int
+    health_failures: int
+    _room: asyncio.Condition
+    _waiting: int
+
+    def mark_unreachable(self, engine: Engine) -> None:
+        """Take an engine out of routing until a probe passes."""
+        if engine.healthy:
+            log.warning("engine %s taken out; routing around it", engine.name)
+        engine.healthy = False
+        self.metrics.engine_state(engine.name, healthy=False, queue_depth=engine.queue_depth)
+
+    def record_failure(self, engine: Engine) -> None:
+        """Passive health: one failed call; ``eject_after`` in a row take the engine out."""
+        engine.failures += 1
+        if engine.failures >= self.eject_after and engine.healthy:
+            log.warning("engine %s failed %d calls in a row", engine.name, engine.failures)
+            self.metrics.engine_ejected(engine.name, "calls")
+            self.mark_unreachable(engine)
+
+    def apply(self, engine: Engine, probe: Probe, since: float | None = None) -> None:
+        """Record one health check's outcome (ignored for an engine that left meanwhile).
+
+        ``since``: when the previous probe round started; a timed-out probe is excused when the
+        engine delivered real traffic after it (busy, not dead).
+        """
+        if engine not in self.engines:
+            return
+        if probe.healthy:
+            engine.probe_failures = 0
+            engine.hung = False
+        elif probe.timed_out and since is not None and engine.progress_at > since:
+            return  # slow to probe, but answering: keep its state and last queue depth
+        else:
+            engine.probe_failures += 1
+            if engine.probe_failures < self.health_failures and engine.healthy:
+                return
+        if probe.healthy != engine.healthy:
+            log.info("engine %s is %s", engine.name, "healthy" if probe.healthy else "unhealthy")
+        if engine.healthy and not probe.healthy:
+            self.metrics.engine_ejected(engine.name, "probes")
+            if probe.timed_out:
+                engine.hung = True
+                aborted = engine.abort_calls()
+                if aborted:
+                    log.warning("engine %s stopped answering; %d calls moved", engine.name, aborted)
+        engine.healthy = probe.healthy
+        engine.queue_depth = probe.queue_depth
+        if probe.models and not engine.spec.model:
+            engine.models = probe.models
+        if probe.cards:
+            engine.cards = probe.cards
+        self.metrics.engine_state(engine.name, healthy=probe.healthy, queue_depth=probe.queue_depth)
+
+    async def check_all(self, probe: Callable[[Engine], Awaitable[Probe]]) -> None:
+        """Probe every engine once, concurrently."""
+        await self.check(list(self.engines), probe)
+
+    async def check(
+        self, engines: Sequence[Engine], probe: Callable[[Engine], Awaitable[Probe]]
+    ) -> None:
+        """Probe these engines once, concurrently, and wake callers waiting for room."""
+        started = time.monotonic()
+        results = await asyncio.gather(*(probe(engine) for engine in engines))
+        for engine, result in zip(engines, results, strict=True):
+            since, engine.probed_at = engine.probed_at, started
+            self.apply(engine, result, since or None)
+        if self._waiting:
+            await self._notify_all()
+
+    async def _notify_all(self) -> None:
+        async with self._room:
+            self._room.notify_all()
+
+    async def run_health_checks(
+        self, probe: Callable[[Engine], Awaitable[Probe]], interval: float
+    ) -> None:
+        """Probe forever, every ``interval`` seconds (a lifespan task, cancelled at shutdown)."""
+        while True:
+            await asyncio.sleep(interval)
+            await self.check_all(probe)
+
+    @property
+    def any_healthy(self) -> bool:
+        return any(engine.healthy for engine in self.engines)
+
+
+@dataclass(frozen=True)
+class EnginesReady:
+    """Ready when at least one engine passed its last health check."""
+
+    pool: PoolHealth
+    name: str = "engines"
+
+    async def check(self) -> CheckResult:
+        healthy = [e.name for e in self.pool.engines if e.healthy]
+        total = len(self.pool.engines)
+        return CheckResult(bool(healthy), f"{len(healthy)}/{total} healthy")
