@@ -17,11 +17,14 @@ the engine serves in arrival order). Then:
 3. **Priorities and the reservation** — p50 latency of plain pass-through requests sent one at a
    time: alone, then under concurrent K = 4 rehearsal traffic through each gateway in turn,
    phases interleaved: ``fcfs`` and ``priority`` with every engine slot open to rehearsal
-   (``RGW_REHEARSAL_ENGINE_SHARE=1``), and both again for each ``--share`` that rehearsal-role
-   calls are held to (``RGW_ENGINE_MAX_CONCURRENCY`` set to ``--max-num-seqs``, so the share is
-   a share of vLLM's batch). Beside each: what it cost the load's own rehearsals (how many ran,
-   their median wall time, how many degraded) and how many requests vLLM preempted meanwhile
-   (``vllm:num_preemptions``).
+   (``RGW_REHEARSAL_ENGINE_SHARE=1``), then ``yield`` (``fcfs`` with ``RGW_REHEARSAL_YIELD=1``:
+   real work cancels the imaginations on its engine, which start again once it is done), and
+   all three again for each ``--share`` that rehearsal-role calls are held to
+   (``RGW_ENGINE_MAX_CONCURRENCY`` set to ``--max-num-seqs``, so the share is a share of vLLM's
+   batch). Beside each: what it cost the load's own rehearsals (how many ran,
+   their median wall time, how many degraded), how many requests vLLM preempted meanwhile
+   (``vllm:num_preemptions``) and how many imaginations the gateway cancelled for real work
+   (``rehearsal_gateway_rehearsal_preemptions_total``).
 
     python -m benchmarks.rehearsal_vllm [--rounds 3] [--plain 8] [--load 4]
                                         [--share 0.5 [--share 0.25 …]] [--json PATH]
