@@ -14,17 +14,22 @@ and the ``SchemaCheck`` of the world whose tools were offered, and says:
   or to an object with a ``policy``) says imagination is not trusted.
 
 A field the gateway does not report reads ``None``, which the tables print as ``n/a``.
+
+Beside them, what a run is made of (``Twin``, ``Config``, ``Episode``), shared by the runner
+(``benchmarks/decisions.py``) and the report (``benchmarks/decision_report.py``) without either
+importing the other.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from clients.client import Rehearsal
 from twin.worlds import World
 from twin.worlds.base import canonical_json
 
@@ -166,3 +171,61 @@ def _never_rehearsed(
         return None
     tried = {_signature(_first_calls(t)) for t in trajectories if isinstance(t, dict)}
     return _signature(committed) not in tried
+
+
+K = 4  # candidates per rehearsed turn
+# Far beyond any turn here: a busy 2-core machine must not turn outcomes into deadline hits.
+DEADLINE_MS = 120_000
+
+
+@dataclass(frozen=True)
+class Twin:
+    fidelity: float
+    skill: float
+
+    @property
+    def model(self) -> str:
+        return f"twin-f{self.fidelity:.1f}-s{self.skill:.1f}"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One tenant's run: a twin, a mode and (rehearsed) a commit policy."""
+
+    twin: Twin
+    mode: str  # off | parallel | sequential
+    commit: str | None = None
+
+    @property
+    def name(self) -> str:
+        return "off" if self.commit is None else f"{self.mode} {self.commit}"
+
+    @property
+    def key(self) -> str:
+        return f"decisions-{self.twin.model}-{self.mode}-{self.commit or 'none'}"
+
+    def rehearsal(self) -> Rehearsal:
+        if self.commit is None:
+            return Rehearsal(mode="off")
+        return Rehearsal(
+            mode=self.mode,  # type: ignore[arg-type]
+            budget=K,
+            commit=self.commit,  # type: ignore[arg-type]
+            deadline_ms=DEADLINE_MS,
+            trace=True,
+        )
+
+
+@dataclass
+class Episode:
+    """One task of one configuration: the agent's outcome and what its turns showed."""
+
+    seed: int
+    world: str
+    task: str
+    success: bool = False
+    tool_errors: int = 0
+    real_calls: int = 0
+    failed: str | None = None  # a request the gateway did not answer
+    retries: int = 0  # requests sent again after a failed connection
+    turns: list[TurnFacts] = field(default_factory=list)

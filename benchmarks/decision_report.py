@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 from statistics import fmean
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from benchmarks.decisions import Config, Episode
+from benchmarks.decision_facts import Config, Episode
 
 
 def _na(value: float | None, digits: int = 1) -> str:

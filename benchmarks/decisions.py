@@ -48,7 +48,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.decision_facts import SchemaCheck, TurnFacts  # noqa: E402
+from benchmarks.decision_facts import Config, Episode, K, SchemaCheck, TurnFacts, Twin  # noqa: E402
 from benchmarks.decision_report import report  # noqa: E402
 from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
 from benchmarks.rehearsal import world_request  # noqa: E402
@@ -57,16 +57,12 @@ from clients.client import (  # noqa: E402
     AsyncRehearsalClient,
     EngineUnavailable,
     GatewayError,
-    Rehearsal,
 )
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from twin.worlds import WORLD_NAMES, World, load_world  # noqa: E402
 
-K = 4
 POLICIES = ("select", "reflect")
 NEW_POLICY = "anchored"  # used once the gateway accepts it
-# Far beyond any turn here: a busy 2-core machine must not turn outcomes into deadline hits.
-DEADLINE_MS = 120_000
 PROBE_KEY = "decisions-probe"
 # Ten twins, the gateway and fifty agents share two cores, so a twin may take seconds to answer
 # a health probe or a connect. With the defaults (2 s, 3 s) the gateway then takes it out of
@@ -92,59 +88,6 @@ class Grid:
     def quick(cls) -> Grid:
         """A tiny grid for the test that keeps the benchmark running."""
         return cls(fidelities=(1.0, 0.0), skills=(0.5,), worlds=("retail",), tasks=3, seeds=(0,))
-
-
-@dataclass(frozen=True)
-class Twin:
-    fidelity: float
-    skill: float
-
-    @property
-    def model(self) -> str:
-        return f"twin-f{self.fidelity:.1f}-s{self.skill:.1f}"
-
-
-@dataclass(frozen=True)
-class Config:
-    """One tenant's run: a twin, a mode and (rehearsed) a commit policy."""
-
-    twin: Twin
-    mode: str  # off | parallel | sequential
-    commit: str | None = None
-
-    @property
-    def name(self) -> str:
-        return "off" if self.commit is None else f"{self.mode} {self.commit}"
-
-    @property
-    def key(self) -> str:
-        return f"decisions-{self.twin.model}-{self.mode}-{self.commit or 'none'}"
-
-    def rehearsal(self) -> Rehearsal:
-        if self.commit is None:
-            return Rehearsal(mode="off")
-        return Rehearsal(
-            mode=self.mode,  # type: ignore[arg-type]
-            budget=K,
-            commit=self.commit,  # type: ignore[arg-type]
-            deadline_ms=DEADLINE_MS,
-            trace=True,
-        )
-
-
-@dataclass
-class Episode:
-    """One task of one configuration: the agent's outcome and what its turns showed."""
-
-    seed: int
-    world: str
-    task: str
-    success: bool = False
-    tool_errors: int = 0
-    real_calls: int = 0
-    failed: str | None = None  # a request the gateway did not answer
-    retries: int = 0  # requests sent again after a failed connection
-    turns: list[TurnFacts] = field(default_factory=list)
 
 
 class RecordingClient(AsyncRehearsalClient):
