@@ -1,10 +1,10 @@
 """`python -m benchmarks.rehearsal_vllm` runs tiny against the real vLLM CPU engine.
 
 Structure only: both K rows, vLLM's own prefix-cache share (a fraction of the prompt tokens it
-counted), and the five latency phases (alone; under load through fcfs and priority gateways, each
-with every slot open to rehearsal and with rehearsal held to its share) are printed and agree
-with --json. No time, ratio or
-share is asserted: those are what the benchmark is for.
+counted), and the seven latency phases (alone; under load through fcfs, priority and yielding
+gateways, each with every slot open to rehearsal and with rehearsal held to its share) are
+printed and agree with --json. No time, ratio or share is asserted: those are what the
+benchmark is for.
 """
 
 from __future__ import annotations
@@ -49,15 +49,23 @@ def test_tiny_run_on_real_vllm(tmp_path: Path) -> None:
     assert 0 <= lap["rehearse_cached_share"] <= 1
     assert f"{lap['ratio']:.2f} (target ≤ 1.3)" in done.stdout
     assert f"{lap['vllm_prefix_share']:.1%} of" in done.stdout
-    assert set(figures["priorities"]) == {"alone", "fcfs", "priority", "fcfs@0.5", "priority@0.5"}
+    assert set(figures["priorities"]) == {
+        "alone", "fcfs", "priority", "yield", "fcfs@0.5", "priority@0.5", "yield@0.5"
+    }  # fmt: skip
     for name, row in figures["priorities"].items():
         assert row["n"] == 2
         assert row["vllm_preemptions"] >= 0
+        if not name.startswith("yield"):  # only a yielding gateway cancels imaginations
+            assert row["gateway_preemptions"] == 0
         cells = f"| {row['p50_ms']:.0f} | {row['p90_ms']:.0f} | {row['vs_alone']:.2f} | 2 |"
         if name != "alone":  # the load's own rehearsals: each phase ran at least one
             assert 0 <= row["load_degraded"] <= row["load_rehearsals"] >= 1
             cells += (
                 f" {row['load_rehearsals']}, {row['load_p50_s']:.1f} s, {row['load_degraded']} |"
             )
+        else:
+            cells += "  |"  # alone: no load, an empty cell
+        cells += f" {row['vllm_preemptions']:.0f} | {row['gateway_preemptions']:.0f} |"
         assert cells in done.stdout
     assert "rehearsal held to 4 of 8 slots, rehearsal at priority 10" in done.stdout
+    assert "rehearsal held to 4 of 8 slots, imagination yields to real work" in done.stdout
