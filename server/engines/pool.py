@@ -314,9 +314,9 @@ class EnginePool(PoolHealth):
         slots, share = engine.slots_for(role, samples, candidates)
         engine.in_flight += slots
         engine.rehearse_in_flight += share
-        if role != "rehearse":
+        if self.rehearsal_yield and role != "rehearse":  # real work is only tracked for it
             engine.real.began(owner)
-            if self.rehearsal_yield and engine.real.yielding:
+            if engine.real.yielding:
                 preempted = engine.real.preempt_for(owner)
                 if preempted:
                     self.metrics.rehearsal_preempted(engine.name, preempted)
@@ -368,10 +368,11 @@ class EnginePool(PoolHealth):
         slots, share = engine.slots_for(role, samples, candidates)
         engine.in_flight -= slots
         engine.rehearse_in_flight -= share
-        if role != "rehearse":
+        if self.rehearsal_yield and role != "rehearse":
             engine.real.finished(owner, time.monotonic())
-        # Wake all: a waiter may be bound to a model or exclusions the freed engine misses.
-        self._wake()
+        if self._waiting:  # only pay for the wake-up when someone waits
+            # Wake all: a waiter may be bound to a model or exclusions the freed engine misses.
+            self._wake()
 
     def _wake_in(self, delay: float) -> None:
         """Wake the waiters in ``delay`` seconds (real work's quiet period ends then)."""
