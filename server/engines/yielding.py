@@ -31,7 +31,10 @@ class RealWork:
 
     in_flight: int = 0
     owned: Counter[object] = field(default_factory=Counter)
-    ended: dict[object, float] = field(default_factory=dict)  # owner → when its last call ended
+    # The latest end of an acting call here, and the latest by another owner than that one's:
+    # what any owner's quiet period needs to know, in two entries however many owners came.
+    last: tuple[object, float] | None = None
+    before: tuple[object, float] | None = None
     yielding: dict[asyncio.Task[Any], object] = field(default_factory=dict)  # task → owner
     preempted: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -46,20 +49,20 @@ class RealWork:
             self.owned[owner] -= 1
             if not self.owned[owner]:
                 del self.owned[owner]
-        self.ended[owner] = now
+        if self.last is not None and self.last[0] is not owner:
+            self.before = self.last
+        self.last = (owner, now)
 
     def wait_for(self, owner: object | None, now: float, quiet_s: float) -> float | None:
         """None when a rehearsal-role call of ``owner`` may start now; else how long until
         others' real work was quiet for ``quiet_s`` (0.0: it still runs)."""
         if self.in_flight - (self.owned.get(owner, 0) if owner is not None else 0):
             return 0.0
-        latest = 0.0
-        for other, at in list(self.ended.items()):
-            if now - at >= quiet_s:
-                del self.ended[other]  # quiet long enough: forget it
-            elif other is not owner or owner is None:
-                latest = max(latest, at)
-        return None if not latest else latest + quiet_s - now
+        for ended in (self.last, self.before):
+            if ended is not None and (owner is None or ended[0] is not owner):
+                left = ended[1] + quiet_s - now
+                return left if left > 0 else None
+        return None
 
     def watch(self, task: asyncio.Task[Any], owner: object | None) -> None:
         """``task`` runs a rehearsal-role call of ``owner`` here: real work may preempt it."""
