@@ -151,12 +151,17 @@ def report(counted: dict[str, collections.Counter[str]], args: argparse.Namespac
     print("|---|---:|---:|---:|")
     for name, value in per.items():
         print(f"| {name} | {value:,.0f} | {value / floor:.2f} | {value / gateway:.2f} |")
-    by_area: collections.Counter[str] = collections.Counter()
-    for key, n in counted["gateway"].items():
-        by_area[area(key.split("::", 1)[0], args.against)] += n
-    print(f"\nthe gateway's opcodes per request by area (top {args.top})")
-    for name, n in by_area.most_common(args.top):
-        print(f"  {n / args.requests:8,.0f}  {name}")
+    areas: dict[str, collections.Counter[str]] = {}
+    for front, counts in counted.items():
+        areas[front] = collections.Counter()
+        for key, n in counts.items():
+            areas[front][area(key.split("::", 1)[0], args.against)] += n
+    print(f"\nopcodes per request by area (top {args.top} of the gateway's)")
+    print("| area | " + " | ".join(areas) + " |")
+    print("|---|" + "---:|" * len(areas))
+    for name, _ in areas["gateway"].most_common(args.top):
+        cells = " | ".join(f"{c[name] / args.requests:,.0f}" for c in areas.values())
+        print(f"| {name} | {cells} |")
     print(f"\nthe gateway's opcodes per request by function (top {args.top})")
     for key, n in counted["gateway"].most_common(args.top):
         filename, function = key.split("::", 1)

@@ -27,6 +27,7 @@ from server.engines.calls import EngineCalls
 from server.engines.client import EngineClient, Waits, engine_http_client
 from server.engines.discovery import EngineDiscovery, Resolver, resolve_system
 from server.engines.pool import EnginePool, EnginesReady
+from server.engines.wire import Wire
 from server.http.accounting import CHAT_PATH, RequestAccounting
 from server.http.auth import ApiKeyMiddleware, ApiKeyRing
 from server.http.handlers import add_error_handlers
@@ -152,7 +153,12 @@ async def open_state(
     )
     metrics.start_series(engine.name for engine in pool.engines)
     http = engine_http_client(settings, engine_transport)
-    engines = EngineClient(http, metrics, settings.health_timeout, Waits.of(settings))
+    # Whole answers from plain-HTTP engines skip aiohttp, unless a transport was handed in.
+    wire = Wire(settings.connect_timeout, settings.engine_keepalive_s)
+    engines = EngineClient(
+        http, metrics, settings.health_timeout, Waits.of(settings),
+        wire=wire if engine_transport is None else None,
+    )  # fmt: skip
     calls = EngineCalls(pool, engines, max_attempts=settings.max_attempts)
     store = open_store(settings)
     fair_use = FairUse.from_settings(settings, store, metrics)
@@ -222,5 +228,6 @@ async def open_state(
     finally:
         await writer.close(settings.store_drain_s)  # hindsight written before the store closes
         await store.close()
+        wire.close()
         await http.aclose()
         metrics.worker_exited(os.getpid())

@@ -60,6 +60,7 @@ from server.engines.faults import (
 )
 from server.engines.pool import Engine, Probe
 from server.engines.streams import CHAT_PATH, DONE_PATHS, SSE_STARTS, EngineStream, split_events
+from server.engines.wire import Wire
 from server.errors import EngineError, EngineFailed, EngineTimeout
 from server.settings import GatewaySettings
 from server.telemetry.logs import note_engine
@@ -138,8 +139,10 @@ class EngineClient:
         metrics: GatewayMetrics,
         probe_timeout: float,
         waits: Waits | None = None,
+        wire: Wire | None = None,
     ):
         self.http = http
+        self.wire = wire  # whole answers from plain-HTTP engines (``server/engines/wire.py``)
         self.metrics = metrics
         self.probe_timeout = probe_timeout
         self.waits = waits or Waits()
@@ -198,10 +201,19 @@ class EngineClient:
         started = time.perf_counter()
         headers = call_headers(engine, role, affinity)
 
-        url = engine.root_url + path
+        wire, plain = self.wire, engine.plain
+        if wire is not None and plain is not None:
+            host, port, authority, prefix = plain
+            target = prefix + path
 
-        async def send() -> tuple[int, str, bytes]:
-            return await self._whole_answer(engine, method, url, payload, headers)
+            def send() -> Awaitable[tuple[int, str, bytes]]:
+                return wire.request(host, port, authority, method, target, headers, payload)
+
+        else:
+            url = engine.root_url + path
+
+            def send() -> Awaitable[tuple[int, str, bytes]]:
+                return self._whole_answer(engine, method, url, payload, headers)
 
         task = engine.watch()
         try:

@@ -73,6 +73,8 @@ class Engine:
     waiters: set[asyncio.Task[Any]] = field(default_factory=set)  # tasks awaiting this engine
     aborted: set[asyncio.Task[Any]] = field(default_factory=set)
     real: RealWork = field(default_factory=RealWork)  # acting calls, imaginations yielding
+    # (host, port, Host header, path before /v1) of a plain-HTTP engine, else None (TLS)
+    plain: tuple[str, int, str, str] | None = None
     _key: bytes = b""
 
     def __post_init__(self) -> None:
@@ -86,6 +88,10 @@ class Engine:
             port = urlsplit(url).port
             self.headers = {"host": f"{self.spec.tls_name}:{port}" if port else self.spec.tls_name}
             self.extensions = {"sni_hostname": self.spec.tls_name}
+        parts = urlsplit(self.root_url)
+        if parts.scheme == "http" and not self.headers and parts.hostname:
+            port = parts.port or 80
+            self.plain = (parts.hostname, port, parts.netloc, parts.path)
         self.router = DIALECTS[self.spec.router] if self.spec.router else None
         if not self.rehearse_limit:
             self.rehearse_limit = self.max_concurrency

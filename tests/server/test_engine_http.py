@@ -4,8 +4,10 @@ Each test pins a behaviour the hand-written transport this client replaced got w
 small raw-socket engine where the twin cannot misbehave in the needed way: idle sockets are
 closed, a socket the engine closed is not reused, a close-delimited answer is accepted, streamed
 chunks arrive as sent, https engines get the same client, and a discovered https engine is
-addressed by IP but checked against its name. One more holds the direct aiohttp path for whole
-answers to what httpx's path sends and returns.
+addressed by IP but checked against its name. One more holds the direct aiohttp path and the
+lean wire for whole answers (``server/engines/wire.py``) to what httpx's path sends and returns.
+The whole-answer behaviours run on aiohttp and on the wire alike (``WHOLE``); the wire's own
+edges are in ``tests/server/test_wire.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import trustme
 
 from server.engines.client import EngineClient, engine_http_client
 from server.engines.pool import Engine
+from server.engines.wire import Wire
 from server.errors import EngineRejected, EngineUnavailable
 from server.settings import EngineSpec, GatewaySettings
 from server.telemetry.metrics import GatewayMetrics
@@ -83,16 +86,28 @@ def keep_alive_answer(body: bytes = ANSWER, kind: bytes = JSON_KIND) -> bytes:
     return head % (kind, len(body)) + body
 
 
-def client_for(**settings: object) -> EngineClient:
+def client_for(wire: bool = False, **settings: object) -> EngineClient:
+    """The client as the lifespan builds it; ``wire``: whole answers on ``Wire``, as it serves."""
     gateway = GatewaySettings(engines=["http://127.0.0.1:1/v1"], **settings)  # type: ignore[arg-type]
-    return EngineClient(engine_http_client(gateway), GatewayMetrics(None), 1.0)
+    lean = Wire(gateway.connect_timeout, gateway.engine_keepalive_s) if wire else None
+    return EngineClient(engine_http_client(gateway), GatewayMetrics(None), 1.0, wire=lean)
+
+
+async def close(client: EngineClient) -> None:
+    if client.wire is not None:
+        client.wire.close()
+    await client.http.aclose()
+
+
+WHOLE = pytest.mark.parametrize("wire", [False, True], ids=["aiohttp", "wire"])
 
 
 def engine(url: str, **spec: object) -> Engine:
     return Engine(EngineSpec(url=url, **spec), max_concurrency=4)  # type: ignore[arg-type]
 
 
-async def test_idle_sockets_are_closed() -> None:
+@WHOLE
+async def test_idle_sockets_are_closed(wire: bool) -> None:
     """A kept-alive socket nobody uses is closed by the gateway, not kept for a departed engine."""
     closed = asyncio.Event()
 
@@ -104,14 +119,15 @@ async def test_idle_sockets_are_closed() -> None:
         closed.set()
         writer.close()
 
-    client = client_for(engine_keepalive_s=0.2)
+    client = client_for(wire, engine_keepalive_s=0.2)
     async with raw_engine(handler) as port:
         await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
         await asyncio.wait_for(closed.wait(), timeout=5)
-    await client.http.aclose()
+    await close(client)
 
 
-async def test_a_socket_the_engine_closed_is_not_reused() -> None:
+@WHOLE
+async def test_a_socket_the_engine_closed_is_not_reused(wire: bool) -> None:
     """The engine drops idle keep-alive sockets (as uvicorn does); the next call still works."""
     connections = 0
 
@@ -124,17 +140,18 @@ async def test_a_socket_the_engine_closed_is_not_reused() -> None:
         await asyncio.sleep(0.05)
         writer.close()  # without saying so: no "connection: close"
 
-    client = client_for()
+    client = client_for(wire)
     async with raw_engine(handler) as port:
         target = engine(f"http://127.0.0.1:{port}/v1")
         for _ in range(3):
             assert await client.chat(target, BODY, "act") == ANSWER
             await asyncio.sleep(0.2)
-    await client.http.aclose()
+    await close(client)
     assert connections == 3
 
 
-async def test_a_close_delimited_answer_is_accepted() -> None:
+@WHOLE
+async def test_a_close_delimited_answer_is_accepted(wire: bool) -> None:
     """An answer without a length or chunks, ended by closing the socket, is read whole."""
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -146,16 +163,17 @@ async def test_a_close_delimited_answer_is_accepted() -> None:
         await writer.drain()
         writer.close()
 
-    client = client_for()
+    client = client_for(wire)
     async with raw_engine(handler) as port:
         assert await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act") == ANSWER
-    await client.http.aclose()
+    await close(client)
 
 
-async def test_a_whole_answer_is_the_same_on_aiohttp_and_on_httpx() -> None:
-    """A whole answer goes straight on the aiohttp session (or through httpx with another
-    transport): either way the engine gets the caller's bytes and the same headers, and the
-    caller gets the engine's bytes, or its 4xx in the engine's words."""
+async def test_a_whole_answer_is_the_same_on_every_path() -> None:
+    """A whole answer goes on the lean wire (as the gateway serves plain-HTTP engines), straight
+    on the aiohttp session, or through httpx with another transport: every way the engine gets
+    the caller's bytes and the same headers, and the caller gets the engine's bytes, or its 4xx
+    in the engine's words."""
     requests: list[bytes] = []
     rejection = b'{"error":{"message":"too long","type":"BadRequestError","param":"messages"}}'
 
@@ -176,17 +194,18 @@ async def test_a_whole_answer_is_the_same_on_aiohttp_and_on_httpx() -> None:
     through_httpx = EngineClient(
         engine_http_client(gateway, httpx.AsyncHTTPTransport()), GatewayMetrics(None), 1.0
     )
+    on_wire = client_for(wire=True)
     async with raw_engine(handler) as port:
         target = engine(f"http://127.0.0.1:{port}/v1")
-        for client in (direct, through_httpx):
+        for client in (direct, through_httpx, on_wire):
             assert await client.chat(target, BODY, "act") == ANSWER
             with pytest.raises(EngineRejected) as caught:
                 await client.chat(target, b"reject", "act")
             assert (caught.value.status, caught.value.param) == (400, "messages")
-            await client.http.aclose()
+            await close(client)
     assert direct._session() is not None
     assert through_httpx._session() is None
-    assert len(requests) == 4
+    assert len(requests) == 6
     for request in requests:
         head, _, body = request.partition(b"\r\n\r\n")
         lines = {line.lower() for line in head.split(b"\r\n")[1:]}
@@ -223,14 +242,15 @@ async def test_stream_chunks_arrive_as_sent() -> None:
     await client.http.aclose()
 
 
-async def test_a_refused_engine_is_unavailable() -> None:
+@WHOLE
+async def test_a_refused_engine_is_unavailable(wire: bool) -> None:
     """Nothing listening: the engine error that moves a call to another engine."""
     async with raw_engine(lambda r, w: w.close()) as port:
         pass  # the port is free again
-    client = client_for()
+    client = client_for(wire)
     with pytest.raises(EngineUnavailable):
         await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
-    await client.http.aclose()
+    await close(client)
 
 
 async def test_waiting_for_a_pooled_connection_is_not_an_unreachable_engine() -> None:
