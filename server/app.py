@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from server.chat.responses import ResponsesService
 from server.chat.service import ChatService
@@ -55,6 +56,8 @@ from server.telemetry.metrics import GatewayMetrics
 from server.telemetry.readiness import Draining
 
 log = logging.getLogger("rehearsal_gateway.server")
+# FastAPI's native OpenTelemetry off, unless RGW_FASTAPI_TELEMETRY (server/settings.py).
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 
 def create_app(
@@ -88,6 +91,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        telemetry=None if settings.fastapi_telemetry else NO_TELEMETRY,
     )
     install_openapi(app, settings)
     app.include_router(router)

@@ -6,8 +6,10 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from server.telemetry.metrics import GatewayMetrics
+from server.telemetry.metrics import REQUEST_BUCKETS, GatewayMetrics
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "metrics-spec.md"
 IMPLEMENTED = {
@@ -81,6 +83,41 @@ def test_recorders_and_exposition() -> None:
     assert 'rehearsal_gateway_engine_healthy{engine="e1"} 1.0' in text
     assert 'rehearsal_gateway_engine_queue_depth{engine="e1"} 3.0' in text
     assert "rehearsal_gateway_in_flight_requests 0.0" in text
+
+
+def test_tallied_series_export_what_prometheus_client_would() -> None:
+    """One process tallies counters and histograms and flushes them on every read: the samples
+    are the ones prometheus_client's own ``inc``/``observe`` give, bucket edges and overflow
+    too, and a second read after more updates adds only those."""
+    tallied = GatewayMetrics()
+    plain = CollectorRegistry()
+    histogram = Histogram("h", "h", ("engine", "role"), buckets=REQUEST_BUCKETS, registry=plain)
+    counter = Counter("c", "c", ("engine", "kind"), registry=plain)
+
+    def samples(registry: CollectorRegistry, names: tuple[str, str]) -> dict[str, float]:
+        return {
+            sample.name.removeprefix(name) + sample.labels.get("le", ""): sample.value
+            for family in registry.collect()
+            if family.name in names
+            for name in (family.name,)
+            for sample in family.samples
+            if sample.labels.get("engine") == "e1" and not sample.name.endswith("_created")
+        }
+
+    values = [0.0, 0.001, 0.0011, 0.0025, 0.7, 120.0, 121.0, 5000.0]
+    for updates in (values, values[:3]):
+        for value in updates:
+            tallied.observe_engine_call("e1", "act", value)
+            histogram.labels("e1", "act").observe(value)
+            tallied.engine_error("e1", "timeout")
+            counter.labels("e1", "timeout").inc()
+        ours = samples(
+            tallied.registry,
+            ("rehearsal_gateway_engine_call_seconds", "rehearsal_gateway_engine_errors"),
+        )
+        assert ours == pytest.approx(samples(plain, ("h", "c")))
+    assert ours["_count"] == ours["_bucket+Inf"] == ours["_total"] == 11
+    assert ours["_bucket0.001"] == 4  # 0.0 and 0.001, both rounds: le is inclusive
 
 
 def test_workers_share_one_exposition(start_twin, start_gateway) -> None:
