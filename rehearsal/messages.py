@@ -112,16 +112,15 @@ class Usage:
         cached = details.get("cached_tokens") if isinstance(details, JSON_OBJECT) else 0
         out = usage.get("completion_tokens_details")
         reasoning = out.get("reasoning_tokens") if isinstance(out, JSON_OBJECT) else 0
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        # ``type(...) is int``: a count, never a bool; inline, as this runs on every pass-through.
         return cls(
-            prompt=_count(usage.get("prompt_tokens")),
-            completion=_count(usage.get("completion_tokens")),
-            cached=_count(cached),
-            reasoning=_count(reasoning),
+            prompt if type(prompt) is int else 0,
+            completion if type(completion) is int else 0,
+            cached if type(cached) is int else 0,
+            reasoning if type(reasoning) is int else 0,
         )
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass(frozen=True, slots=True)

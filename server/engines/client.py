@@ -65,7 +65,7 @@ from server.errors import EngineError, EngineFailed, EngineTimeout
 from server.settings import GatewaySettings
 from server.telemetry.logs import note_engine
 from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.waits import waiting
+from server.telemetry.waits import deadline, waiting
 
 __all__ = ["CHAT_PATH", "EngineClient", "EngineStream", "Waits", "call_headers"]
 
@@ -146,11 +146,11 @@ class EngineClient:
         self.metrics = metrics
         self.probe_timeout = probe_timeout
         self.waits = waits or Waits()
-        # A whole answer's wait is bounded by ``asyncio.timeout``, not a per-read timeout. No
-        # pool bound either: aiohttp bounds "a pooled connection or a new socket" as one and
-        # raises what a socket that will not connect raises, so a wait for a busy engine's
-        # connection read as an unreachable engine (a 503 and a strike toward ejection). The
-        # call's own bound covers that wait; only the socket connect is bounded on its own.
+        # A whole answer's wait is bounded by ``deadline`` (an ``asyncio.timeout``), not a
+        # per-read timeout. No pool bound either: aiohttp bounds "a pooled connection or a new
+        # socket" as one and raises what a socket that will not connect raises, so a wait for
+        # a busy engine's connection read as an unreachable engine (a 503 and a strike toward
+        # ejection). The call's own bound covers that wait; only the connect has its own bound.
         base = http.timeout
         self._whole = httpx.Timeout(connect=base.connect, read=None, write=base.write, pool=None)
         self._first = httpx.Timeout(
@@ -218,7 +218,7 @@ class EngineClient:
         task = engine.watch()
         try:
             with waiting():
-                async with asyncio.timeout(bound):
+                async with deadline(bound):
                     status, kind, body = await self._send(engine, send)
         except httpx.HTTPError as exc:
             raise self._fail(engine, translate(exc, engine)) from exc
@@ -299,7 +299,7 @@ class EngineClient:
         response: httpx.Response | None = None
         try:
             with waiting():
-                async with asyncio.timeout(bound):
+                async with deadline(bound):
                     response = await self._send(
                         engine, lambda: self.http.send(request, stream=True)
                     )

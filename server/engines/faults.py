@@ -24,7 +24,7 @@ from server.errors import (
     EngineTimeout,
     EngineUnavailable,
 )
-from server.telemetry.logs import note_tokens
+from server.telemetry.logs import note_passthrough_tokens
 from server.telemetry.metrics import GatewayMetrics
 
 PASSTHROUGH_ROLE = "passthrough"  # the one role whose tokens only the engine's answer tells
@@ -41,7 +41,7 @@ def count_usage(metrics: GatewayMetrics, body: bytes) -> bool:
         return False
     usage = Usage.from_openai(data.get("usage") if isinstance(data, dict) else None)
     metrics.observe_passthrough_usage(usage.prompt, usage.completion, usage.cached)
-    note_tokens(PASSTHROUGH_ROLE, usage.to_dict())
+    note_passthrough_tokens(usage.prompt, usage.completion, usage.cached)
     return True
 
 

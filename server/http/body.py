@@ -12,7 +12,6 @@ Two ways a body may not arrive, neither of them the gateway's fault and neither 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from starlette.requests import ClientDisconnect, Request
@@ -20,6 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from server.errors import BodyTimeout, InvalidRequest, PayloadTooLarge
 from server.http.relay import ClientDisconnected
 from server.http.state import gateway_of
+from server.telemetry.waits import deadline
 
 log = logging.getLogger("rehearsal_gateway.server")
 
@@ -35,7 +35,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     state = gateway_of(request)
     timeout = state.settings.body_timeout
     try:
-        async with asyncio.timeout(timeout):
+        async with deadline(timeout):
             return await _read(request, limit)
     except ClientDisconnect:
         state.metrics.client_disconnected("upload")

@@ -89,11 +89,32 @@ async def _watching_receive(
         watcher.cancel()
 
 
+JSON_TYPE = (b"content-type", b"application/json")
+
+
+class WholeAnswer(Response):
+    """A complete answer as a Starlette response, its body bytes untouched, its head built once.
+
+    ``Response.__init__`` renders the content and lowers, encodes and searches the headers for a
+    length and a type (~130 Python opcodes per pass-through); here the body is bytes already
+    and the answer's own headers (``x-rehearsal-*``) never carry either.
+    """
+
+    def __init__(self, answer: JsonAnswer) -> None:
+        self.status_code = status = answer.status
+        self.background = None
+        self.body = body = answer.body
+        head = [JSON_TYPE]
+        if status >= 200 and status not in (204, 304):
+            head.append((b"content-length", str(len(body)).encode()))
+        for name, value in answer.headers.items():
+            head.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+        self.raw_headers = head
+
+
 def json_response(answer: JsonAnswer) -> Response:
     """A complete answer as a Starlette response (body bytes untouched)."""
-    return Response(
-        answer.body, answer.status, headers=answer.headers, media_type="application/json"
-    )
+    return WholeAnswer(answer)
 
 
 class StreamRelay(Response):

@@ -127,14 +127,22 @@ def note_engine(name: str) -> None:
         record.engines.append(name)
 
 
-def note_tokens(role: str, usage: Mapping[str, int]) -> None:
-    """Add one engine call's token counts to the current request's, under ``role``."""
+def note_passthrough_tokens(prompt: int, completion: int, cached: int) -> None:
+    """Add one pass-through answer's token counts to the current request's."""
     record = current_record.get()
     if record is None:
         return
-    totals = record.tokens.setdefault(role, {"prompt": 0, "completion": 0, "cached": 0})
-    for kind, count in usage.items():
-        totals[kind] = totals.get(kind, 0) + count
+    totals = record.tokens.get(PASSTHROUGH_ROLE)
+    if totals is None:
+        record.tokens[PASSTHROUGH_ROLE] = {
+            "prompt": prompt,
+            "completion": completion,
+            "cached": cached,
+        }
+        return
+    totals["prompt"] += prompt
+    totals["completion"] += completion
+    totals["cached"] += cached
 
 
 def _ms(seconds: float) -> float:

@@ -179,6 +179,7 @@ class GatewayMetrics:
         # One process: counters and histograms are tallied and flushed on read. Several
         # workers write every update to the shared files, so a scrape sees all of them.
         self._tallies: list[_CounterTally | _HistogramTally] = []
+        self._passthrough_tokens: tuple[Any, ...] | None = None  # every pass-through's three
         if multiprocess_dir is None:
             reg.register(_Flush(self._tallies))
 
@@ -515,9 +516,15 @@ class GatewayMetrics:
             self._child(self.tokens, role, "cached").inc(usage.cached)
 
     def observe_passthrough_usage(self, prompt: int, completion: int, cached: int) -> None:
-        self._child(self.tokens, "passthrough", "prompt").inc(prompt)
-        self._child(self.tokens, "passthrough", "completion").inc(completion)
-        self._child(self.tokens, "passthrough", "cached").inc(cached)
+        series = self._passthrough_tokens
+        if series is None:
+            series = self._passthrough_tokens = tuple(
+                self._child(self.tokens, "passthrough", kind)
+                for kind in ("prompt", "completion", "cached")
+            )
+        series[0].inc(prompt)
+        series[1].inc(completion)
+        series[2].inc(cached)
 
     # ---- exposition
 
