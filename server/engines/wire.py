@@ -173,7 +173,7 @@ class Wire:
     ) -> tuple[int, str, bytes]:
         """(status, content type, body) of one call to ``host:port`` (``authority``: its Host)."""
         key = (host, port)
-        lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+        lines = "\r\n".join(map(": ".join, headers.items())) + "\r\n" if headers else ""  # in C
         if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
             raise httpx.LocalProtocolError("a header value holds a line break")
         size = f"content-length: {len(payload)}\r\n" if payload is not None else ""

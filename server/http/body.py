@@ -26,7 +26,7 @@ log = logging.getLogger("rehearsal_gateway.server")
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
-    declared = request.headers.get("content-length")
+    declared = dict(request.scope["headers"]).get(b"content-length")  # names come lowered
     if declared is not None:
         if not declared.isdigit():
             raise InvalidRequest("invalid Content-Length header")
