@@ -1,9 +1,9 @@
 """`python -m benchmarks.opcodes` runs tiny end to end: counts for the gateway, the floor, a tree.
 
 The counter must count (the gateway runs more Python per request than the bare floor, and the
-gateway's own modules show up by area), and it must be steady: this same tree counted again as
-an ``--against`` tree comes out within a few percent of itself, which is what makes a cut of a
-few percent visible where CPU time is not.
+gateway's own modules show up by area, where the floor has none), and it must be steady: this
+same tree counted again as an ``--against`` tree comes out within a few percent of itself, which
+is what makes a cut of a few percent visible where CPU time is not.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ def test_tiny_run_counts_every_front() -> None:
     per = {name: float(count.replace(",", "")) for name, count, _ in ROW.findall(done.stdout)}
     assert set(per) == {"gateway", "python floor", f"gateway at {ROOT.name}"}
     assert per["python floor"] > 1000  # aiohttp and uvicorn alone run thousands
-    assert per["gateway"] > 1.3 * per["python floor"]
+    assert per["gateway"] > per["python floor"]  # its own logic on top of a leaner client
     assert 0.9 < per[f"gateway at {ROOT.name}"] / per["gateway"] < 1.1
-    assert re.search(r"^\s+[\d,]+  server/http$", done.stdout, re.M), done.stdout
+    # By area, a column per front: the gateway's own modules run, the floor has none of them.
+    http = re.search(r"^\| server/http \| ([\d,]+) \| 0 \| ([\d,]+) \|$", done.stdout, re.M)
+    assert http is not None, done.stdout
+    assert int(http.group(1).replace(",", "")) > 100
+    assert re.search(r"^\| uvicorn \| [\d,]+ \| [1-9][\d,]* \|", done.stdout, re.M)

@@ -357,7 +357,10 @@ async def test_real_work_preempts_others_imaginations_and_holds_them_back_until_
     assert await asyncio.wait_for(waiting, 2) is engine  # woken when it has
     pool.release(engine, "rehearse", owner=theirs)
     assert (engine.in_flight, engine.real.in_flight, engine.real.owned) == (0, 0, {})
-    assert pool.metrics.rehearsal_preemptions.labels("e0")._value.get() == 1
+    preempted = pool.metrics.registry.get_sample_value(
+        "rehearsal_gateway_rehearsal_preemptions_total", {"engine": "e0"}
+    )
+    assert preempted == 1
 
 
 async def test_without_yielding_real_work_leaves_imaginations_alone() -> None:
