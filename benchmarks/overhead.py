@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -78,9 +79,12 @@ class Connection:
         return status
 
     async def close(self) -> None:
+        """Close the socket; a peer that already reset it is not a second error (the request
+        that met the reset was counted)."""
         if self.writer is not None:
             self.writer.close()
-            await self.writer.wait_closed()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
 
 
 @dataclass
