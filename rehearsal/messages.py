@@ -116,10 +116,10 @@ class Usage:
         completion = usage.get("completion_tokens")
         # ``type(...) is int``: a count, never a bool; inline, as this runs on every pass-through.
         return cls(
-            prompt if type(prompt) is int else 0,
-            completion if type(completion) is int else 0,
-            cached if type(cached) is int else 0,
-            reasoning if type(reasoning) is int else 0,
+            prompt if type(prompt) is int and prompt > 0 else 0,
+            completion if type(completion) is int and completion > 0 else 0,
+            cached if type(cached) is int and cached > 0 else 0,
+            reasoning if type(reasoning) is int and reasoning > 0 else 0,
         )
 
 

@@ -89,7 +89,7 @@ class Engine:
             self.headers = {"host": f"{self.spec.tls_name}:{port}" if port else self.spec.tls_name}
             self.extensions = {"sni_hostname": self.spec.tls_name}
         parts = urlsplit(self.root_url)
-        if parts.scheme == "http" and not self.headers and parts.hostname:
+        if parts.scheme == "http" and not self.headers and parts.hostname and not parts.username:
             port = parts.port or 80
             self.plain = (parts.hostname, port, parts.netloc, parts.path)
         self.router = DIALECTS[self.spec.router] if self.spec.router else None

@@ -95,8 +95,8 @@ class _CounterTally:
         self.amount += amount
 
     def flush(self) -> None:
-        if self.amount:
-            amount, self.amount = self.amount, 0
+        amount, self.amount = self.amount, 0
+        if amount > 0:  # a counter never goes down; a read must never fail over one that tried
             self.child.inc(amount)
 
 

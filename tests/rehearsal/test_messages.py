@@ -93,6 +93,12 @@ def test_odd_fields_are_tolerated() -> None:
         None, None, (ToolCall("call-0-0", "f", '{"a": 1}'), ToolCall("call-0-1", "g", "{}")), None
     )
     assert from_openai_response(body).usage == Usage()
+    odd = {
+        "prompt_tokens": -5,
+        "completion_tokens": 3.5,
+        "prompt_tokens_details": {"cached_tokens": -1},
+    }
+    assert Usage.from_openai(odd) == Usage()  # a count is a non-negative int, or zero
 
 
 @pytest.mark.parametrize(

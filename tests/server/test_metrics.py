@@ -118,6 +118,14 @@ def test_tallied_series_export_what_prometheus_client_would() -> None:
         assert ours == pytest.approx(samples(plain, ("h", "c")))
     assert ours["_count"] == ours["_bucket+Inf"] == ours["_total"] == 11
     assert ours["_bucket0.001"] == 4  # 0.0 and 0.001, both rounds: le is inclusive
+    tallied.engine_error("e1", "timeout")
+    tallied._children[(tallied.engine_errors, ("e1", "timeout"))].inc(-5)  # what inc() refuses
+    assert (
+        tallied.registry.get_sample_value(  # the read still works, nothing added
+            "rehearsal_gateway_engine_errors_total", {"engine": "e1", "kind": "timeout"}
+        )
+        == 11
+    )
 
 
 def test_workers_share_one_exposition(start_twin, start_gateway) -> None:
