@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,6 +31,7 @@ from prometheus_client import multiprocess as prom_multiprocess
 from rehearsal.checks import CHECK_CODE
 from rehearsal.parsing import VETO_CODES
 from rehearsal.trace import RehearsalResult
+from server.telemetry.tallies import CounterTally, FlushTallies, HistogramTally, Tally
 
 PREFIX = "rehearsal_gateway_"
 
@@ -76,75 +76,6 @@ REHEARSED_MODES = ("parallel", "sequential")
 _Family = Counter | Histogram
 
 
-class _CounterTally:
-    """A counter series whose increments wait in a plain number until the registry is read.
-
-    prometheus_client takes a lock and checks its arguments on every ``inc``; a pass-through's
-    nine updates were ~790 of its ~6,800 Python opcodes (``python -m benchmarks.opcodes``).
-    A tally is two opcodes' work per update, and every read of the registry (``/metrics``,
-    ``get_sample_value``) flushes first (``_Flush``), so no reader sees a stale value.
-    """
-
-    __slots__ = ("amount", "child")
-
-    def __init__(self, child: Any) -> None:
-        self.child = child
-        self.amount: float = 0
-
-    def inc(self, amount: float = 1) -> None:
-        self.amount += amount
-
-    def flush(self) -> None:
-        amount, self.amount = self.amount, 0
-        if amount > 0:  # a counter never goes down; a read must never fail over one that tried
-            self.child.inc(amount)
-
-
-class _HistogramTally:
-    """A histogram series tallied the same way: per-bucket counts and a sum, flushed on read.
-
-    The flush adds to the child's own bucket and sum values (``_buckets``, ``_sum``: what its
-    ``observe`` adds to, non-cumulative); ``tests/server/test_metrics.py`` pins that a tallied
-    histogram exports what prometheus_client's ``observe`` would.
-    """
-
-    __slots__ = ("bounds", "child", "counts", "total")
-
-    def __init__(self, child: Any) -> None:
-        self.child = child
-        self.bounds: list[float] = list(child._upper_bounds)
-        self.counts = [0] * len(self.bounds)
-        self.total = 0.0
-
-    def observe(self, amount: float) -> None:
-        self.counts[bisect_left(self.bounds, amount)] += 1  # le: the first bound >= amount
-        self.total += amount
-
-    def flush(self) -> None:
-        counts = self.counts
-        if not any(counts):
-            return
-        self.counts = [0] * len(counts)
-        total, self.total = self.total, 0.0
-        for bucket, count in zip(self.child._buckets, counts, strict=True):
-            if count:
-                bucket.inc(count)
-        self.child._sum.inc(total)
-
-
-class _Flush:
-    """A collector that yields nothing: registered first, it flushes the tallies before the
-    registry's own collectors are read."""
-
-    def __init__(self, tallies: list[_CounterTally | _HistogramTally]) -> None:
-        self.tallies = tallies
-
-    def collect(self) -> Iterable[Any]:
-        for tally in self.tallies:
-            tally.flush()
-        return ()
-
-
 class _InFlight:
     """The in-flight gauge up for a ``with`` block (a class: ~3x cheaper than a generator's)."""
 
@@ -178,10 +109,10 @@ class GatewayMetrics:
         self._children: dict[tuple[_Family, tuple[str, ...]], Any] = {}
         # One process: counters and histograms are tallied and flushed on read. Several
         # workers write every update to the shared files, so a scrape sees all of them.
-        self._tallies: list[_CounterTally | _HistogramTally] = []
+        self._tallies: list[Tally] = []
         self._passthrough_tokens: tuple[Any, ...] | None = None  # every pass-through's three
         if multiprocess_dir is None:
-            reg.register(_Flush(self._tallies))
+            reg.register(FlushTallies(self._tallies))
 
         self.requests = Counter(
             PREFIX + "requests",
@@ -406,14 +337,14 @@ class GatewayMetrics:
         takes the family's lock on every call: seven calls were ~4% of a pass-through
         request's CPU, a dict hit is a tenth of one. Counters and histograms only: their
         series are never removed (the engine gauges are, ``forget_engine``). In one process
-        the series comes wrapped in its tally (``_CounterTally``, ``_HistogramTally``).
+        the series comes wrapped in its tally (``server/telemetry/tallies.py``).
         """
         key = (family, values)
         child = self._children.get(key)
         if child is None:
             child = family.labels(*values)
             if self.multiprocess_dir is None:
-                tally = _HistogramTally if isinstance(family, Histogram) else _CounterTally
+                tally = HistogramTally if isinstance(family, Histogram) else CounterTally
                 child = tally(child)
                 self._tallies.append(child)
             self._children[key] = child
