@@ -87,37 +87,46 @@ class RequestAccounting:
             finally:
                 current_clock.reset(token)
                 current_record.reset(record_token)
-                self._account(scope, record, status, time.perf_counter() - started, clock)
+                elapsed = time.perf_counter() - started
+                account(self.metrics, scope, record, status, elapsed, clock)
 
-    def _account(
-        self, scope: Scope, record: RequestRecord, status: int, elapsed: float, clock: WaitClock
-    ) -> None:
-        state = scope.get("state", {})
-        outcome = "ok" if status < 400 else "client_error" if status < 500 else "error"
-        relayed = state.get(RELAYED_STATE_KEY)
-        if relayed is not None:
-            self.metrics.observe_relayed(relayed, outcome, elapsed)
-            if request_log.isEnabledFor(logging.INFO):
-                fields = request_line(
-                    record, tenant=state.get(TENANT_STATE_KEY), status=status, outcome=outcome,
-                    mode=PASSTHROUGH,
-                    elapsed=elapsed, waited=clock.waited, rehearsal=None,
-                )  # fmt: skip
-                request_log.info("relayed request", extra={**fields, "route": relayed})
-            return
-        if scope["path"] not in REQUEST_PATHS:
-            return  # no such route: nothing to account
-        mode = state.get(MODE_STATE_KEY, PASSTHROUGH)
-        if outcome == "ok":
-            outcome = state.get(OUTCOME_STATE_KEY, outcome)
-        self.metrics.observe_request(mode, outcome, elapsed)
-        self.metrics.observe_overhead(mode, elapsed - clock.waited)
+
+def account(
+    metrics: GatewayMetrics,
+    scope: Scope,
+    record: RequestRecord,
+    status: int,
+    elapsed: float,
+    clock: WaitClock,
+) -> None:
+    """Metrics and the log line of one finished request (``RequestAccounting``'s and the chat
+    lane's, ``server/http/lane.py``): what the route left in the scope's state says how it went."""
+    state = scope.get("state", {})
+    outcome = "ok" if status < 400 else "client_error" if status < 500 else "error"
+    relayed = state.get(RELAYED_STATE_KEY)
+    if relayed is not None:
+        metrics.observe_relayed(relayed, outcome, elapsed)
         if request_log.isEnabledFor(logging.INFO):
             fields = request_line(
                 record, tenant=state.get(TENANT_STATE_KEY), status=status, outcome=outcome,
-                mode=mode,
-                elapsed=elapsed, waited=clock.waited,
-                rehearsal=state.get(REHEARSAL_STATE_KEY),
-                content=state.get(CONTENT_STATE_KEY),
+                mode=PASSTHROUGH,
+                elapsed=elapsed, waited=clock.waited, rehearsal=None,
             )  # fmt: skip
-            request_log.info("chat request", extra=fields)
+            request_log.info("relayed request", extra={**fields, "route": relayed})
+        return
+    if scope["path"] not in REQUEST_PATHS:
+        return  # no such route: nothing to account
+    mode = state.get(MODE_STATE_KEY, PASSTHROUGH)
+    if outcome == "ok":
+        outcome = state.get(OUTCOME_STATE_KEY, outcome)
+    metrics.observe_request(mode, outcome, elapsed)
+    metrics.observe_overhead(mode, elapsed - clock.waited)
+    if request_log.isEnabledFor(logging.INFO):
+        fields = request_line(
+            record, tenant=state.get(TENANT_STATE_KEY), status=status, outcome=outcome,
+            mode=mode,
+            elapsed=elapsed, waited=clock.waited,
+            rehearsal=state.get(REHEARSAL_STATE_KEY),
+            content=state.get(CONTENT_STATE_KEY),
+        )  # fmt: skip
+        request_log.info("chat request", extra=fields)

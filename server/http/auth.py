@@ -78,26 +78,30 @@ class ApiKeyMiddleware:
             state[TENANT_STATE_KEY] = DEFAULT_TENANT
             await self.app(scope, receive, send)
             return
-        authorization: str | None = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-                break
         try:
-            state[TENANT_STATE_KEY] = self.keyring.authenticate(authorization)
+            state[TENANT_STATE_KEY] = self.keyring.authenticate(authorization_of(scope["headers"]))
         except Unauthorized as exc:
-            status, body = error_status_and_body(exc)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b"Bearer"),
-                    ],
-                }
-            )
+            status, headers, body = refusal(exc)
+            await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
+
+
+def authorization_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The request's ``Authorization`` value (ASGI header names come lower-cased)."""
+    for name, value in headers:
+        if name == b"authorization":
+            return value.decode("latin-1")
+    return None
+
+
+def refusal(exc: Unauthorized) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The 401 answer to an unauthenticated request: status, head and OpenAI error envelope."""
+    status, body = error_status_and_body(exc)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"www-authenticate", b"Bearer"),
+    ]
+    return status, headers, body

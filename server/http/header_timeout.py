@@ -53,6 +53,11 @@ class HeadHeld:
             return
         self._transport.write(data)
 
+    def write_whole(self, data: bytes) -> None:
+        """A complete answer, head and body in one piece (the chat lane's): never held."""
+        self.release()
+        self._transport.write(data)
+
     def release(self) -> None:
         if self._held is not None:
             data, self._held = self._held, None

@@ -45,8 +45,15 @@ class FairUseMiddleware:
 
 
 async def _refuse(send: Send, exc: RateLimited) -> None:
+    status, headers, body = refusal(exc)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def refusal(exc: RateLimited) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The 429 answer to a request over its key's limits: status, head (with ``Retry-After``)
+    and OpenAI error envelope."""
     status, body = error_status_and_body(exc)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(name.encode(), value.encode()) for name, value in exc.headers().items()]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    return status, headers, body

@@ -31,7 +31,9 @@ def _endpoint(route: RelayedRoute) -> Endpoint:
         state = gateway_of(request)
         setattr(request.state, RELAYED_STATE_KEY, route.path)
         limit = state.settings.max_body_bytes
-        raw = b"" if route.method == "GET" else await read_body(request, limit)
+        raw = (
+            b"" if route.method == "GET" else await read_body(request.scope, request.receive, limit)
+        )
         path = engine_path(route, request.path_params, request.url.query)
         work = RouteRelay(state.chat).relay(
             route, path, raw, session_id=request.headers.get("x-session-id")

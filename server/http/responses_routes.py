@@ -63,7 +63,7 @@ RESPONSE_OBJECT = {
 async def create_response(request: Request) -> Response:
     """OpenAI Responses API: rehearsed with function tools, relayed to vLLM otherwise."""
     state = gateway_of(request)
-    raw = await read_body(request, state.settings.max_body_bytes)
+    raw = await read_body(request.scope, request.receive, state.settings.max_body_bytes)
     call = state.responses.prepare(
         raw,
         session_id=request.headers.get("x-session-id"),

@@ -8,9 +8,11 @@ import orjson
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
+from starlette.types import Receive, Scope
 
 from server.engines.calls import StreamAnswer
 from server.errors import StoreUnavailable
+from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY
 from server.http.body import read_body
 from server.http.openapi import ENGINE_ERRORS, errors, json_answer, request_body
 from server.http.rehearsal_response import RehearsalResponse
@@ -20,6 +22,8 @@ from server.http.state import (
     MODE_STATE_KEY,
     OUTCOME_STATE_KEY,
     REHEARSAL_STATE_KEY,
+    STATE_KEY,
+    GatewayState,
     gateway_of,
     tenant_of_request,
 )
@@ -42,27 +46,41 @@ JSON = "application/json"
 )
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions (non-stream and SSE)."""
-    state = gateway_of(request)
-    raw = await read_body(request, state.settings.max_body_bytes)
+    return await answer_chat(request.scope, request.receive)
+
+
+async def answer_chat(scope: Scope, receive: Receive) -> Response:
+    """The chat endpoint on a bare ASGI scope and ``receive``: the route's, and the chat lane's
+    (``server/http/lane.py``), which has no Starlette ``Request`` to build."""
+    notes = scope["state"]
+    state: GatewayState = notes[STATE_KEY]
+    raw = await read_body(scope, receive, state.settings.max_body_bytes)
+    headers = headers_of(scope)
     call = state.chat.prepare(
         raw,
-        session_id=request.headers.get("x-session-id"),
-        tenant=tenant_of_request(request),
-        headers=request.headers,
+        session_id=headers.get("x-session-id"),
+        tenant=notes.get(TENANT_STATE_KEY, DEFAULT_TENANT),
+        headers=headers,
     )
     if state.settings.log_content:
-        setattr(request.state, CONTENT_STATE_KEY, call.body["messages"])
-    answer = await until_disconnect(request.scope, request.receive, state.chat.complete(call))
-    setattr(request.state, MODE_STATE_KEY, answer.mode)
+        notes[CONTENT_STATE_KEY] = call.body["messages"]
+    answer = await until_disconnect(scope, receive, state.chat.complete(call))
+    notes[MODE_STATE_KEY] = answer.mode
     if isinstance(answer, StreamAnswer):
         return StreamRelay(answer)
     if isinstance(answer, RehearsalRun):
         return RehearsalResponse(answer)
     if answer.outcome is not None:
-        setattr(request.state, OUTCOME_STATE_KEY, answer.outcome)
+        notes[OUTCOME_STATE_KEY] = answer.outcome
     if answer.rehearsal is not None:
-        setattr(request.state, REHEARSAL_STATE_KEY, answer.rehearsal)
+        notes[REHEARSAL_STATE_KEY] = answer.rehearsal
     return json_response(answer)
+
+
+def headers_of(scope: Scope) -> dict[str, str]:
+    """The request's headers by lower-case name; of a repeated one, the last (as the knobs read
+    them, ``rehearsal/budget.py``)."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
 
 
 # Before the {rehearsal_id} route, which would otherwise read "trust" as an id.

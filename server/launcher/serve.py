@@ -123,8 +123,9 @@ def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
         # may run to its deadline cap plus one commit), then stop. deploy/ follows this setting.
         "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace_s),
         "timeout_keep_alive": settings.keepalive_s,
-        # An import string, so that worker processes load the class (and read the setting).
-        "http": "server.http.header_timeout:HeaderTimeoutProtocol",
+        # An import string, so that worker processes load the class (and read the setting). It
+        # is HeaderTimeoutProtocol with the chat lane (server/http/lane.py).
+        "http": "server.http.lane:LaneProtocol",
         # Nothing in the gateway reads the client's address or scheme, so X-Forwarded-* need not
         # be applied to every request (uvicorn's middleware for it: ~90 Python opcodes each);
         # nor is ``server: uvicorn`` worth a header on every answer.

@@ -177,7 +177,9 @@ def hot_routes_of(gateway: InProcessGateway) -> HotRoutes:
 def test_the_direct_dispatch_answers_as_fastapi_routing_does(start_twin, start_gateway) -> None:
     """The same requests to a gateway with the dispatch and one without: the same answers."""
     twin = start_twin("--latency", "zero", "--seed", "1")
-    direct, routed = (start_gateway(f"{twin.url}/v1") for _ in range(2))
+    # The chat lane off (server/http/lane.py): the ASGI stack serves the chat route here.
+    no_lane = {"RGW_CHAT_LANE": "false"}
+    direct, routed = (start_gateway(f"{twin.url}/v1", env=no_lane) for _ in range(2))
     hot_routes_of(routed).routes.clear()  # every request through FastAPI's router
     assert hot_routes_of(direct).routes
     for body in BODIES:
