@@ -12,11 +12,13 @@ Printed per profile and client count, for each front: p50/p99 latency, the laten
 direct path, its process's CPU time per request (every thread's, from the scheduler's count
 in ``/proc/<pid>/task/*/schedstat``; the twin's and this script's CPU are excluded) and errors;
 then the gateway's ratios to vllm-router. Ratios from one run, not absolute times, are the point.
-``--floor`` adds a fourth front, the Python floor (``benchmarks/floor_relay.py``: a bare relay on
-the gateway's uvicorn and aiohttp, no gateway logic), to tell the gateway's own cost from its
-stack's. ``--against DIR`` (repeatable) adds the gateway of another source tree (say a ``git
-worktree`` of the commit before a change) as one more front, and the gateway's CPU as a multiple
-of that one's: before and after, on the same machine in the same rounds.
+``--floor`` adds two more fronts, the Python floor (``benchmarks/floor_relay.py``: a bare relay on
+the gateway's uvicorn and aiohttp, no gateway logic) and the bare floor
+(``benchmarks/floor_bare.py``: no ASGI server at all, asyncio with httptools and the gateway's
+engine wire), to tell the gateway's own cost from its stack's, and its stack's from Python's.
+``--against DIR`` (repeatable) adds the gateway of another source tree (say a ``git worktree`` of
+the commit before a change) as one more front, and the gateway's CPU as a multiple of that one's:
+before and after, on the same machine in the same rounds.
 
     python -m benchmarks.overhead [--rounds 4] [--requests 300] [--clients 1 16 64]
                                   [--profiles small agent] [--floor] [--against DIR]
@@ -48,6 +50,8 @@ from tests.support.router import start_router  # noqa: E402
 
 FRONTS = ("direct", "vllm-router", "gateway")
 FLOOR = "python floor"
+BARE_FLOOR = "bare floor"  # benchmarks/floor_bare.py: no ASGI server at all
+FLOORS = (FLOOR, BARE_FLOOR)
 AGAINST = "gateway at "  # a front serving another source tree's gateway (``--against``)
 
 
@@ -168,8 +172,11 @@ async def measure_one(
     gateway, router = row["fronts"]["gateway"], row["fronts"]["vllm-router"]
     row["cpu_ratio"] = gateway["cpu_ms"] / router["cpu_ms"] if router["cpu_ms"] else None
     row["added_p50_excess_ms"] = gateway["added_p50_ms"] - router["added_p50_ms"]
-    if FLOOR in row["fronts"] and router["cpu_ms"]:
-        row["floor_cpu_ratio"] = row["fronts"][FLOOR]["cpu_ms"] / router["cpu_ms"]
+    row["floor_cpu_ratios"] = {
+        name: row["fronts"][name]["cpu_ms"] / router["cpu_ms"]
+        for name in FLOORS
+        if name in row["fronts"] and router["cpu_ms"]
+    }
     row["vs_trees"] = {
         name: gateway["cpu_ms"] / front["cpu_ms"]
         for name, front in row["fronts"].items()
@@ -206,9 +213,9 @@ def render(rows: list[dict[str, Any]]) -> str:
         "| gateway added p50 − vllm-router added p50 ms |",
         "|---|---:|---:|---:|",
     ]
-    floor = any("floor_cpu_ratio" in r for r in rows)
-    if floor:
-        lines[-2] += " python floor CPU / vllm-router CPU |"
+    floors = [name for name in FLOORS if any(name in r["floor_cpu_ratios"] for r in rows)]
+    for name in floors:
+        lines[-2] += f" {name} CPU / vllm-router CPU |"
         lines[-1] += "---:|"
     trees = list(rows[0]["vs_trees"]) if rows else []
     for tree in trees:
@@ -217,8 +224,9 @@ def render(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         ratio = "—" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}×"
         line = f"| {r['profile']} | {r['clients']} | {ratio} | {r['added_p50_excess_ms']:+.2f} |"
-        if floor:
-            line += f" {r['floor_cpu_ratio']:.2f}× |" if "floor_cpu_ratio" in r else " — |"
+        for name in floors:
+            ratio = r["floor_cpu_ratios"].get(name)
+            line += " — |" if ratio is None else f" {ratio:.2f}× |"
         for tree in trees:
             line += f" {r['vs_trees'][tree]:.2f}× |" if tree in r["vs_trees"] else " — |"
         lines.append(line)
@@ -258,6 +266,13 @@ def start_fronts(
                 log_path=workdir / "floor.log",
                 env={"FLOOR_ENGINE": engine},
             )  # fmt: skip
+            bare_port = free_port()
+            fronts[BARE_FLOOR] = start_http_server(
+                [sys.executable, "-m", "benchmarks.floor_bare", "--port", str(bare_port)],
+                port=bare_port,
+                log_path=workdir / "floor-bare.log",
+                env={"FLOOR_ENGINE": engine},
+            )
         for tree in against or ():
             port = free_port()
             fronts[f"{AGAINST}{Path(tree).resolve().name}"] = start_http_server(
@@ -287,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--floor",
         action="store_true",
-        help="also measure the Python floor: a bare uvicorn + aiohttp relay with no gateway "
-        "logic (benchmarks/floor_relay.py)",
+        help="also measure the Python floors: a bare uvicorn + aiohttp relay with no gateway "
+        "logic (benchmarks/floor_relay.py), and a relay with no ASGI server at all on the "
+        "gateway's engine wire (benchmarks/floor_bare.py)",
     )
     parser.add_argument(
         "--against",
