@@ -30,12 +30,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     On the bare ASGI ``scope`` and ``receive`` (a route passes its request's), so that the chat
     lane (``server/http/lane.py``) reads a body exactly as the routes do.
     """
-    declared = dict(scope["headers"]).get(b"content-length")  # names come lowered
-    if declared is not None:
-        if not declared.isdigit():
-            raise InvalidRequest("invalid Content-Length header")
-        if int(declared) > limit:
-            raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
+    _check_declared(scope, limit)
     state: GatewayState = scope["state"][STATE_KEY]
     timeout = state.settings.body_timeout
     try:
@@ -48,6 +43,27 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     except TimeoutError:
         state.metrics.client_disconnected("body_timeout")
         raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
+
+
+def whole_body(scope: Scope, body: bytes, limit: int) -> bytes:
+    """A body that arrived whole with its head, checked as ``read_body`` checks one.
+
+    The chat lane takes it off uvicorn's request cycle when nothing is left to wait for, so it
+    pays for no ``receive`` and no deadline (~200 Python opcodes of a pass-through).
+    """
+    _check_declared(scope, limit)
+    if len(body) > limit:
+        raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
+    return body
+
+
+def _check_declared(scope: Scope, limit: int) -> None:
+    declared = dict(scope["headers"]).get(b"content-length")  # names come lowered
+    if declared is not None:
+        if not declared.isdigit():
+            raise InvalidRequest("invalid Content-Length header")
+        if int(declared) > limit:
+            raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
 
 
 async def _read(receive: Receive, limit: int) -> bytes:

@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope
 from server.engines.calls import StreamAnswer
 from server.errors import StoreUnavailable
 from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY
-from server.http.body import read_body
+from server.http.body import read_body, whole_body
 from server.http.openapi import ENGINE_ERRORS, errors, json_answer, request_body
 from server.http.rehearsal_response import RehearsalResponse
 from server.http.relay import StreamRelay, json_response, until_disconnect
@@ -49,12 +49,17 @@ async def chat_completions(request: Request) -> Response:
     return await answer_chat(request.scope, request.receive)
 
 
-async def answer_chat(scope: Scope, receive: Receive) -> Response:
+async def answer_chat(scope: Scope, receive: Receive, body: bytes | None = None) -> Response:
     """The chat endpoint on a bare ASGI scope and ``receive``: the route's, and the chat lane's
-    (``server/http/lane.py``), which has no Starlette ``Request`` to build."""
+    (``server/http/lane.py``), which has no Starlette ``Request`` to build and may hold the
+    whole ``body`` already."""
     notes = scope["state"]
     state: GatewayState = notes[STATE_KEY]
-    raw = await read_body(scope, receive, state.settings.max_body_bytes)
+    limit = state.settings.max_body_bytes
+    if body is None:
+        raw = await read_body(scope, receive, limit)
+    else:
+        raw = whole_body(scope, body, limit)
     headers = headers_of(scope)
     call = state.chat.prepare(
         raw,

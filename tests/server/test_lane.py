@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 from typing import Any
 
 import httpx
@@ -171,10 +172,10 @@ def test_an_unexpected_error_is_a_generic_500_and_the_connection_lives(
     gateway = start_gateway(f"{twin.url}/v1")
     endpoint = lane.answer_chat
 
-    async def broken(scope: Any, receive: Any) -> Response:
+    async def broken(scope: Any, receive: Any, body: bytes | None) -> Response:
         if (b"x-break", b"yes") in scope["headers"]:
             raise RuntimeError("a bug with a secret inside")
-        return await endpoint(scope, receive)
+        return await endpoint(scope, receive, body)
 
     monkeypatch.setattr(lane, "answer_chat", broken)
     with httpx.Client(base_url=gateway.url) as client:
@@ -205,10 +206,42 @@ def test_an_error_after_the_answer_started_closes_the_connection(
             await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
             raise RuntimeError("broke mid-stream")
 
-    async def breaks(scope: Any, receive: Any) -> Response:
+    async def breaks(scope: Any, receive: Any, body: bytes | None) -> Response:
         return Breaks()
 
     monkeypatch.setattr(lane, "answer_chat", breaks)
-    with pytest.raises(httpx.RemoteProtocolError):
-        httpx.post(gateway.url + CHAT, json=HI)
+    # The answer ends mid-stream: an incomplete chunked body, or a reset if the close races it.
+    with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+        httpx.post(gateway.url + CHAT, json=HI, timeout=30)
     assert metric_value(gateway.url, "rehearsal_gateway_in_flight_requests") == 0
+
+
+def chunked_request(body: bytes) -> bytes:
+    head = f"POST {CHAT} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+    head += "transfer-encoding: chunked\r\n\r\n"
+    half = len(body) // 2
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:half], body[half:]))
+    return head.encode() + chunks + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["with-the-head", "after-the-head"])
+def test_a_chunked_body_is_held_to_the_limit_however_it_arrives(
+    start_twin, start_gateway, whole: bool
+) -> None:
+    """No declared length: the limit applies to the body as it came, in hand or read later."""
+    twin = start_twin("--latency", "zero", "--seed", "1")
+    gateway = start_gateway(f"{twin.url}/v1", env={"RGW_MAX_BODY_BYTES": "4096"})
+    for body, expected in ((orjson.dumps(HI), 200), (orjson.dumps({**HI, "pad": "x" * 5000}), 413)):
+        request = chunked_request(body)
+        with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+            if whole:
+                sock.sendall(request)
+            else:
+                cut = request.index(b"\r\n\r\n") + 4
+                sock.sendall(request[:cut])
+                time.sleep(0.2)  # the lane starts on the head alone and must read the rest
+                sock.sendall(request[cut:])
+            status, _, answer = read_answer(sock, bytearray())
+        assert status.split()[1] == str(expected).encode(), answer
+        if expected == 413:
+            assert orjson.loads(answer)["error"]["code"] == "request_too_large"
