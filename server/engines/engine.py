@@ -117,6 +117,8 @@ class Engine:
         K−1 extra acting samples) are held to rehearsal's share too. Capped so that one call
         always fits an idle engine.
         """
+        if samples == 1 and not candidates and role != "rehearse":
+            return 1, 0  # one real choice, what almost every call is (3 calls per pass-through)
         slots = max(1, min(samples, self.max_concurrency))
         share = slots if role == "rehearse" else min(candidates, slots - 1)
         return slots, min(share, self.rehearse_limit)

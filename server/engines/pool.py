@@ -248,7 +248,8 @@ class EnginePool(PoolHealth):
                 if pool
                 else "no other engine is left to try for this request"
             )
-        preferred = max(pool, key=lambda e: e.score(affinity))
+        # One engine to choose from (the common deployment): no hash to rank it by.
+        preferred = pool[0] if len(pool) == 1 else max(pool, key=lambda e: e.score(affinity))
         with_room = [e for e in healthy if self._open_to(role, e, samples, candidates, owner)]
         if preferred in with_room:
             return preferred
