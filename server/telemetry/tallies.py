@@ -1,4 +1,4 @@
-"""Counter and histogram series kept as plain tallies and added to prometheus_client's on read.
+"""Counter, gauge and histogram series kept as plain tallies, added to prometheus_client's on read.
 
 ``GatewayMetrics`` (``server/telemetry/metrics.py``) hands these out in place of
 prometheus_client's labelled children when the gateway runs as one process; with several
@@ -35,6 +35,31 @@ class CounterTally:
     def flush(self) -> None:
         amount, self.amount = self.amount, 0
         if amount > 0:  # a counter never goes down; a read must never fail over one that tried
+            self.child.inc(amount)
+
+
+class GaugeTally:
+    """A gauge series moved up and down in a plain number, added to the gauge on read.
+
+    The in-flight gauge moves twice per request; prometheus_client's locked ``inc``/``dec``
+    were ~70 Python opcodes of a ~4,100-opcode pass-through, these ~10.
+    """
+
+    __slots__ = ("amount", "child")
+
+    def __init__(self, child: Any) -> None:
+        self.child = child
+        self.amount: float = 0
+
+    def inc(self, amount: float = 1) -> None:
+        self.amount += amount
+
+    def dec(self, amount: float = 1) -> None:
+        self.amount -= amount
+
+    def flush(self) -> None:
+        amount, self.amount = self.amount, 0
+        if amount:
             self.child.inc(amount)
 
 
@@ -83,4 +108,4 @@ class FlushTallies:
         return ()
 
 
-Tally = CounterTally | HistogramTally
+Tally = CounterTally | GaugeTally | HistogramTally

@@ -85,6 +85,26 @@ def test_recorders_and_exposition() -> None:
     assert "rehearsal_gateway_in_flight_requests 0.0" in text
 
 
+def test_the_in_flight_gauge_reads_true_at_every_read_and_nesting() -> None:
+    """Tallied in one process: every read sees the requests in flight, through nesting and
+    exceptions, and it returns to zero; several workers write straight to the gauge."""
+    metrics = GatewayMetrics()
+
+    def in_flight() -> float | None:
+        return metrics.registry.get_sample_value("rehearsal_gateway_in_flight_requests")
+
+    with metrics.track_in_flight():
+        with metrics.track_in_flight():
+            assert in_flight() == 2
+        assert in_flight() == 1
+        with pytest.raises(RuntimeError), metrics.track_in_flight():
+            assert in_flight() == 2
+            raise RuntimeError
+        assert in_flight() == 1
+    assert in_flight() == 0
+    assert in_flight() == 0  # a second read adds nothing
+
+
 def test_tallied_series_export_what_prometheus_client_would() -> None:
     """One process tallies counters and histograms and flushes them on every read: the samples
     are the ones prometheus_client's own ``inc``/``observe`` give, bucket edges and overflow
