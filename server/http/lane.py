@@ -18,8 +18,9 @@ the request's log line: ``account``), API keys (``ApiKeyRing.authenticate``), fa
 (``FairUse.enter``/``leave``), the endpoint (``routes.answer_chat``, what the declared
 ``chat_completions`` runs, without a Starlette ``Request``) and the app's error handlers, with
 an unexpected error logged and answered with the generic 500.
-The request is read through uvicorn's own ``receive`` (so ``Expect: 100-continue``, flow control
-and disconnects behave as on any route). A complete answer (a relayed JSON body, an error
+A body that came whole with its head is taken off the cycle as it is; one still on its way is
+read through uvicorn's own ``receive`` (so ``Expect: 100-continue``, flow control and
+disconnects behave as on any route). A complete answer (a relayed JSON body, an error
 envelope) leaves as one write; a stream or a rehearsed answer goes through uvicorn's own
 ``send``, unchanged. Uvicorn keeps the connection: keep-alive, pipelining, drain, timeouts.
 
@@ -148,8 +149,11 @@ async def _admit(cycle: RequestResponseCycle, gateway: GatewayState, request_id:
 async def _route(cycle: RequestResponseCycle, request_id: bytes) -> int:
     """The endpoint and, for what it raises, the app's own error handlers."""
     scope: Any = cycle.scope
+    body = None
+    if not cycle.more_body:  # the body came whole with the head (uvicorn parsed both at once)
+        body, cycle.body = bytes(cycle.body), bytearray()
     try:
-        response = await answer_chat(scope, cycle.receive)  # type: ignore[arg-type]
+        response = await answer_chat(scope, cycle.receive, body)  # type: ignore[arg-type]
         if type(response) in WHOLE:
             return await _write_response(cycle, response, request_id)
         return await _relay(cycle, response, request_id)
@@ -211,18 +215,13 @@ async def _write(
             get_client_addr(scope), scope["method"], get_path_with_query_string(scope),
             scope["http_version"], status,
         )  # fmt: skip
-    content = [STATUS_LINE[status]]
-    closing = False
-    for name, value in (*cycle.default_headers, *head):
-        if name == b"connection" and b"close" in value.lower():
-            cycle.keep_alive = False
-            closing = True
-        content += (name, b": ", value, b"\r\n")
-    content += (REQUEST_ID_HEADER, b": ", request_id, b"\r\n")
-    if not cycle.keep_alive and not closing:
-        content.append(b"connection: close\r\n")
-    content += (b"\r\n", body)
-    cycle.transport.write_whole(b"".join(content))  # type: ignore[attr-defined]  # HeadHeld
+    lines = b"".join([b"%b: %b\r\n" % pair for pair in (*cycle.default_headers, *head)])
+    if b"\nconnection: close\r\n" in b"\n" + lines:  # names come lower-cased, ours say "close"
+        cycle.keep_alive = False
+    elif not cycle.keep_alive:
+        lines += b"connection: close\r\n"
+    answer = (STATUS_LINE[status], lines, REQUEST_ID_HEADER, request_id, body)
+    cycle.transport.write_whole(b"%b%b%b: %b\r\n\r\n%b" % answer)  # type: ignore[attr-defined]
     cycle.response_complete = True
     # uvicorn's ``send`` sets ``message_event`` here to wake a ``receive`` still waiting; in the
     # lane nothing waits on ``receive`` once the answer is written (``asyncio.Event.set``: 29
