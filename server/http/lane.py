@@ -8,21 +8,24 @@ and 16 clients): the stack between the socket and the endpoint, not the relay, i
 Python opcodes per small-body pass-through (``python -m benchmarks.opcodes --profile small``)
 put uvicorn's ASGI ``send`` at 354, Starlette at 437 and our four middleware closures and their
 message dict copies at ~400 of the gateway's ~5,300. No ASGI server option skips those layers
-for one route, so this module does it, in about a hundred lines.
+for one route (granian, a Rust server, costs more per ASGI message: docs/benchmarks.md), so this
+module does it, in about a hundred lines. Measured: 5,297 -> 4,352 opcodes per small
+pass-through for the lane alone, 3,936 with the cuts beside it, gateway CPU x0.79-0.95 of the
+tree before in one interleaved run (docs/benchmarks.md, "Sixth pass").
 
-What it is. ``HeaderTimeoutProtocol`` (``server/http/header_timeout.py``) hands this module the
-request cycles uvicorn made for ``POST /v1/chat/completions`` on our own app, instead of running
-the ASGI app on them. ``serve_chat`` then runs, as plain calls in the same order, exactly what
-the ASGI path runs for that route: request accounting (request id, in-flight gauge, metrics,
-the request's log line: ``account``), API keys (``ApiKeyRing.authenticate``), fair use
-(``FairUse.enter``/``leave``), the endpoint (``routes.answer_chat``, what the declared
-``chat_completions`` runs, without a Starlette ``Request``) and the app's error handlers, with
-an unexpected error logged and answered with the generic 500.
-A body that came whole with its head is taken off the cycle as it is; one still on its way is
-read through uvicorn's own ``receive`` (so ``Expect: 100-continue``, flow control and
-disconnects behave as on any route). A complete answer (a relayed JSON body, an error
-envelope) leaves as one write; a stream or a rehearsed answer goes through uvicorn's own
-``send``, unchanged. Uvicorn keeps the connection: keep-alive, pipelining, drain, timeouts.
+What it is. ``LaneProtocol``, ``HeaderTimeoutProtocol`` (``server/http/header_timeout.py``) with
+one method more, hands this module the request cycles uvicorn made for
+``POST /v1/chat/completions`` on our own app, instead of running the ASGI app on them. ``serve_chat``
+then runs, as plain calls in the same order, exactly what the ASGI path runs for that route:
+request accounting (request id, in-flight gauge, metrics, the request's log line: ``account``),
+API keys (``ApiKeyRing.authenticate``), fair use (``FairUse.enter``/``leave``), the endpoint
+(``routes.answer_chat``, what the declared ``chat_completions`` runs, without a Starlette
+``Request``) and the app's error handlers, with an unexpected error logged and answered with the
+generic 500. A body that came whole with its head is taken off the cycle as it is; one still on
+its way is read through uvicorn's own ``receive`` (so ``Expect: 100-continue``, flow control and
+disconnects behave as on any route). A complete answer (a relayed JSON body, an error envelope)
+leaves as one write; a stream or a rehearsed answer goes through uvicorn's own ``send``,
+unchanged. Uvicorn keeps the connection: keep-alive, pipelining, drain, timeouts.
 
 ``RGW_CHAT_LANE=false`` sends the route back through the ASGI stack; so does FastAPI's native
 OpenTelemetry (``RGW_FASTAPI_TELEMETRY``), whose router names each span's route.
