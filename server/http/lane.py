@@ -14,18 +14,18 @@ pass-through for the lane alone, 3,936 with the cuts beside it, gateway CPU x0.7
 tree before in one interleaved run (docs/benchmarks.md, "Sixth pass").
 
 What it is. ``LaneProtocol``, ``HeaderTimeoutProtocol`` (``server/http/header_timeout.py``) with
-one method more, hands this module the request cycles uvicorn made for
-``POST /v1/chat/completions`` on our own app, instead of running the ASGI app on them. ``serve_chat``
-then runs, as plain calls in the same order, exactly what the ASGI path runs for that route:
-request accounting (request id, in-flight gauge, metrics, the request's log line: ``account``),
-API keys (``ApiKeyRing.authenticate``), fair use (``FairUse.enter``/``leave``), the endpoint
-(``routes.answer_chat``, what the declared ``chat_completions`` runs, without a Starlette
-``Request``) and the app's error handlers, with an unexpected error logged and answered with the
-generic 500. A body that came whole with its head is taken off the cycle as it is; one still on
-its way is read through uvicorn's own ``receive`` (so ``Expect: 100-continue``, flow control and
-disconnects behave as on any route). A complete answer (a relayed JSON body, an error envelope)
-leaves as one write; a stream or a rehearsed answer goes through uvicorn's own ``send``,
-unchanged. Uvicorn keeps the connection: keep-alive, pipelining, drain, timeouts.
+one method more, hands this module the request cycles uvicorn made for the chat route on our own
+app, instead of running the ASGI app on them. ``serve_chat`` then runs, as plain calls in the same
+order, exactly what the ASGI path runs for that route: request accounting (request id, in-flight
+gauge, metrics, the request's log line: ``account``), API keys (``ApiKeyRing.authenticate``), fair
+use (``FairUse.enter``/``leave``), the endpoint (``routes.answer_chat``, what the declared
+``chat_completions`` runs, without a Starlette ``Request``) and the app's error handlers, with an
+unexpected error logged and answered with the generic 500. A body that came whole with its head is
+taken off the cycle as it is; one still on its way is read through uvicorn's own ``receive`` (so
+``Expect: 100-continue``, flow control and disconnects behave as on any route). A complete answer
+(a relayed JSON body, an error envelope) leaves as one write; a stream or a rehearsed answer goes
+through uvicorn's own ``send``, unchanged. Uvicorn keeps the connection: keep-alive, pipelining,
+drain, timeouts.
 
 ``RGW_CHAT_LANE=false`` sends the route back through the ASGI stack; so does FastAPI's native
 OpenTelemetry (``RGW_FASTAPI_TELEMETRY``), whose router names each span's route.
