@@ -45,14 +45,18 @@ def trace(argv: list[str]) -> None:
     """Run ``argv[0]`` as ``__main__`` with ``argv[1:]``, counting opcodes between signals."""
     counts: collections.Counter[str] = collections.Counter()
 
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "opcode":
-            code = frame.f_code
-            counts[f"{code.co_filename}::{code.co_qualname}"] += 1
-        return local
-
     def start_frame(frame: FrameType, event: str, arg: Any) -> Any:
         frame.f_trace_opcodes = True
+        code = frame.f_code
+        key = f"{code.co_filename}::{code.co_qualname}"
+        if code.co_filename == "<string>":  # a generated method (dataclasses): name its class
+            key += f" of {type(frame.f_locals.get('self')).__qualname__}"
+
+        def local(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                counts[key] += 1
+            return local
+
         return local
 
     def start(signum: int, frame: object) -> None:
