@@ -25,7 +25,6 @@ from server.engines.client import CHAT_PATH, EngineClient, EngineStream
 from server.engines.pool import Engine, EnginePool
 from server.errors import EngineError, EngineTimeout
 from server.settings import Role
-from server.telemetry.syscalls import running_loop, this_task
 
 # Failures that count toward passive ejection. Not timeouts: a slow engine is busy, not broken
 # (a silent one is found by its probes), and not 4xx: the request was at fault.
@@ -65,11 +64,11 @@ class EngineCalls:
 
     def _deadline(self, bound_s: float | None) -> float:
         bound = self.engines.waits.request if bound_s is None else bound_s
-        return running_loop().time() + bound
+        return asyncio.get_running_loop().time() + bound
 
     @staticmethod
     def _left(deadline: float) -> float:
-        left = deadline - running_loop().time()
+        left = deadline - asyncio.get_running_loop().time()
         if left <= 0:
             raise EngineTimeout("the call ran out of its time bound before an engine answered")
         return left
@@ -127,7 +126,8 @@ class EngineCalls:
         """Register a rehearsal-role call as one real work may preempt (when yielding is on)."""
         if role != "rehearse" or not self.pool.rehearsal_yield:
             return None
-        task = this_task()
+        task = asyncio.current_task()
+        assert task is not None  # engine calls run in tasks
         engine.real.watch(task, owner)
         return task
 

@@ -22,7 +22,6 @@ from server.engines.routers import DIALECTS, RouterDialect
 from server.engines.yielding import RealWork
 from server.settings import EngineSpec, Role
 from server.telemetry.logs import engine_request_id
-from server.telemetry.syscalls import this_task
 
 # A router queues and sheds load across its fleet itself (vllm-router: --max-concurrent-requests,
 # --queue-size); a per-entry cap sized for one engine would throttle the whole fleet.
@@ -145,7 +144,8 @@ class Engine:
 
     def watch(self) -> asyncio.Task[Any]:
         """Register the current task as waiting for this engine's bytes; ``unwatch`` after."""
-        task = this_task()
+        task = asyncio.current_task()
+        assert task is not None  # engine calls run in tasks
         self.waiters.add(task)
         return task
 

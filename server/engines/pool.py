@@ -79,7 +79,6 @@ from server.engines.health import EnginesReady, PoolHealth
 from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
 from server.settings import EngineSpec, Role
 from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.syscalls import running_loop
 
 __all__ = ["ROUTER_CONCURRENCY", "Engine", "EnginePool", "EnginesReady", "Probe", "affinity_key"]
 
@@ -378,7 +377,7 @@ class EnginePool(PoolHealth):
 
     def _wake_in(self, delay: float) -> None:
         """Wake the waiters in ``delay`` seconds (real work's quiet period ends then)."""
-        loop = running_loop()
+        loop = asyncio.get_running_loop()
         at = time.monotonic() + delay
         if self._wake_at > time.monotonic() and self._wake_at <= at:
             return  # an earlier wake-up is already due; the waiters look again then
@@ -387,6 +386,6 @@ class EnginePool(PoolHealth):
 
     def _wake(self) -> None:
         if self._waiting:
-            task = running_loop().create_task(self._notify_all())
+            task = asyncio.get_running_loop().create_task(self._notify_all())
             self._wakeups.add(task)
             task.add_done_callback(self._wakeups.discard)

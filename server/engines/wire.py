@@ -37,8 +37,6 @@ from collections.abc import Mapping
 import httptools
 import httpx
 
-from server.telemetry.syscalls import running_loop
-
 __all__ = ["Wire"]
 
 _CLOSED_EARLY = "the engine closed the connection before the answer ended"
@@ -134,7 +132,7 @@ class _Exchange(asyncio.Protocol):
         assert self.transport is not None
         self.status, self.content_type, self.chunks = 0, "", []
         self.framed = self.complete = False
-        self.waiter = running_loop().create_future()
+        self.waiter = asyncio.get_running_loop().create_future()
         if payload:
             self.transport.writelines((request, payload))
         else:
@@ -189,7 +187,7 @@ class Wire:
             conn.idle_since = time.monotonic()
             self._idle.setdefault(key, []).append(conn)
             if self._sweep is None:
-                self._sweep = running_loop().call_later(self.keepalive_s, self._expire)
+                self._sweep = asyncio.get_running_loop().call_later(self.keepalive_s, self._expire)
         return status, content_type, body
 
     def _expire(self) -> None:
@@ -208,7 +206,7 @@ class Wire:
             idle[:] = keep
             left = left or bool(keep)
         if left:
-            self._sweep = running_loop().call_later(self.keepalive_s, self._expire)
+            self._sweep = asyncio.get_running_loop().call_later(self.keepalive_s, self._expire)
 
     def _head(self, key: tuple[str, int], authority: str) -> str:
         head = f"host: {authority}\r\naccept-encoding: identity\r\n"

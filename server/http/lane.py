@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -60,7 +61,6 @@ from server.telemetry.logs import (
     current_record,
     request_id_from,
 )
-from server.telemetry.syscalls import random_hex
 from server.telemetry.waits import WaitClock, current_clock
 
 log = logging.getLogger("rehearsal_gateway.server")
@@ -137,7 +137,7 @@ async def _admit(cycle: RequestResponseCycle, gateway: GatewayState, request_id:
     fair_use = gateway.fair_use
     if fair_use is None:
         return await _route(cycle, request_id)
-    lease = random_hex(8)
+    lease = secrets.token_hex(8)
     try:
         leased = await fair_use.enter(tenant, lease)
     except RateLimited as exc:

@@ -8,12 +8,13 @@ is read. The checks themselves, and their failing open, are ``server/store/fair_
 
 from __future__ import annotations
 
+import secrets
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.errors import RateLimited, error_status_and_body
 from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY
 from server.http.state import STATE_KEY, GatewayState
-from server.telemetry.syscalls import random_hex
 
 
 class FairUseMiddleware:
@@ -30,7 +31,7 @@ class FairUseMiddleware:
             await self.app(scope, receive, send)
             return
         tenant = str(state.get(TENANT_STATE_KEY, DEFAULT_TENANT))
-        request_id = random_hex(8)
+        request_id = secrets.token_hex(8)
         try:
             leased = await fair_use.enter(tenant, request_id)
         except RateLimited as exc:

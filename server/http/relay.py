@@ -30,7 +30,6 @@ from server.engines.calls import StreamAnswer
 from server.engines.streams import DONE
 from server.errors import EngineError, EngineTimeout, sse_error_event
 from server.http.header_timeout import CLIENT_GONE_KEY
-from server.telemetry.syscalls import running_loop, this_task
 
 T = TypeVar("T")
 
@@ -55,7 +54,8 @@ async def _watch_disconnect(receive: Receive, target: asyncio.Task[object]) -> N
 
 async def until_disconnect(scope: Scope, receive: Receive, work: Coroutine[Any, Any, T]) -> T:
     """Await ``work``; if the client disconnects first, cancel it and raise ClientDisconnected."""
-    current = this_task()
+    current = asyncio.current_task()
+    assert current is not None  # always inside a request task
     gone = scope.get(CLIENT_GONE_KEY)
     if gone is None:
         return await _watching_receive(receive, work, current)
@@ -77,7 +77,7 @@ async def until_disconnect(scope: Scope, receive: Receive, work: Coroutine[Any, 
 async def _watching_receive(
     receive: Receive, work: Coroutine[Any, Any, T], current: asyncio.Task[Any]
 ) -> T:
-    watcher = running_loop().create_task(_watch_disconnect(receive, current))
+    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, current))
     try:
         return await work
     except asyncio.CancelledError:

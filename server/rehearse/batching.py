@@ -38,7 +38,6 @@ import orjson
 
 from rehearsal.errors import GeneratorError, MalformedResponse
 from rehearsal.messages import GenerationRequest, GenerationResponse, Usage
-from server.telemetry.syscalls import running_loop
 
 log = logging.getLogger("rehearsal_gateway.rehearse")
 
@@ -137,7 +136,7 @@ class Batcher:
         key = shared_fields(body)
         forming = self._forming.get(key)
         if forming is not None:  # a batch is forming: join it
-            future: asyncio.Future[GenerationResponse] = running_loop().create_future()
+            future: asyncio.Future[GenerationResponse] = asyncio.get_running_loop().create_future()
             forming.append(_Joined(request, body, future))
             return await future
         joined: list[_Joined] = []

@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import Any
 
 from rehearsal.messages import AssistantTurn, ToolCall, Usage
-from server.telemetry.syscalls import random_hex
 
 TOOL_CALL_PREFIX = "call_"
 _BASE62 = string.digits + string.ascii_letters
@@ -36,11 +35,11 @@ def mint_tool_call_id() -> str:
 
 
 def mint_rehearsal_id() -> str:
-    return "rh_" + random_hex(12)
+    return "rh_" + secrets.token_hex(12)
 
 
 def mint_completion_id() -> str:
-    return "chatcmpl-" + random_hex(16)
+    return "chatcmpl-" + secrets.token_hex(16)
 
 
 def with_minted_ids(turn: AssistantTurn) -> AssistantTurn:

@@ -20,6 +20,7 @@ still decides: a streamed answer writes the decided turn as chunks (server/http/
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,6 @@ from server.engines.calls import EngineCalls
 from server.errors import EngineError, EngineRejected
 from server.rehearse.batching import BATCH_PATH, Batcher, BatchRefused, BatchRoute, batchable
 from server.settings import Role
-from server.telemetry.syscalls import running_loop
 
 CallObserver = Callable[[str, float], None]
 
@@ -78,7 +78,7 @@ class EngineGenerator:
         """What is left of ``ends_at`` (at least a millisecond), or None for the request bound."""
         if self.ends_at is None:
             return None
-        left = self.ends_at - running_loop().time()
+        left = self.ends_at - asyncio.get_running_loop().time()
         return left if left > 0 else 0.001
 
     async def generate(self, request: GenerationRequest) -> GenerationResponse:

@@ -14,6 +14,7 @@ a field of the response object (in ``response.completed`` too), where SDKs keep 
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,11 +25,10 @@ import orjson
 from rehearsal.messages import AssistantTurn, Usage
 from server.rehearse.committed import ARGUMENT_PIECES
 from server.responses_protocol import ResponsesRequest
-from server.telemetry.syscalls import random_hex
 
 
 def _mint(prefix: str) -> str:
-    return f"{prefix}_{random_hex(8)}"
+    return f"{prefix}_{secrets.token_hex(8)}"
 
 
 def mint_response_id() -> str:

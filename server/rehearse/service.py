@@ -14,6 +14,7 @@ same either way.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import random
 import secrets
@@ -47,7 +48,6 @@ from server.store.backends import RehearsalStore
 from server.store.fair_use import FairUse
 from server.store.writer import StoreWriter
 from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.syscalls import running_loop
 
 # Request fields the planner handles itself; everything else reaches the acting calls untouched.
 _OWN_FIELDS = frozenset(
@@ -194,7 +194,7 @@ class RehearsalRun:
     async def run(self) -> RehearsalResult:
         """The planner's run; an engine failure on every acting call is the engine's error."""
         bound = self.budget.deadline_ms / 1000.0 + self.service.commit_timeout
-        self.ends_at = running_loop().time() + bound
+        self.ends_at = asyncio.get_running_loop().time() + bound
         planner = Planner(self.generator(), self.service.store, self.service.planner)
         seed = self.call.body.get("seed")
         rng = random.Random(seed if isinstance(seed, int) else secrets.randbits(64))

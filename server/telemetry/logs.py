@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -23,8 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-
-from server.telemetry.syscalls import random_hex
 
 REQUEST_LOGGER = "rehearsal_gateway.request"
 REQUEST_ID_HEADER = b"x-request-id"
@@ -40,7 +39,7 @@ _RECORD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) |
 
 
 def mint_request_id() -> str:
-    return "req_" + random_hex(12)
+    return "req_" + secrets.token_hex(12)
 
 
 def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:

@@ -15,8 +15,6 @@ import time
 from contextvars import ContextVar
 from types import TracebackType
 
-from server.telemetry.syscalls import this_task
-
 
 class WaitClock:
     """The union of one request's waiting intervals."""
@@ -78,7 +76,9 @@ class deadline:  # lower case: it reads as ``asyncio.timeout`` does, ``async wit
         self._delay = delay
 
     async def __aenter__(self) -> None:
-        task = this_task()
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("deadline() is used inside a task")
         self._task = task
         self._cancelling = task.cancelling()
         self._fired = False
