@@ -176,7 +176,8 @@ def _asks_for_rehearsal(chosen: Mapping[str, object]) -> bool:
 _KNOB_HEADERS = frozenset(header.lower() for header in HEADERS)
 
 
-def _names_a_knob(headers: Mapping[str, str] | None) -> bool:
+def names_a_knob(headers: Mapping[str, str] | None) -> bool:
+    """Whether ``headers`` hold an ``X-Rehearsal-*`` knob (names in any case)."""
     # In C (a set against lowered names), as it runs on every request.
     return headers is not None and not _KNOB_HEADERS.isdisjoint(map(str.lower, headers))
 
@@ -206,7 +207,7 @@ def resolve_budget(
     A request that sets ``budget`` above 0 but no ``mode`` rehearses in the server's default
     mode, or in ``parallel`` when that default is ``off``.
     """
-    if body is None and not _names_a_knob(headers):
+    if body is None and not names_a_knob(headers):
         return _resolved(defaults, caps)  # most requests: the server's defaults, as they are
     if body is not None and not isinstance(body, Mapping):
         raise BudgetError("rehearsal", "expected an object")

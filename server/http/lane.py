@@ -45,6 +45,7 @@ from starlette.responses import Response
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
+from server.chat_call import JsonAnswer
 from server.errors import RateLimited, Unauthorized, internal_error_body
 from server.http.accounting import CHAT_PATH, account
 from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY, authorization_of
@@ -52,7 +53,7 @@ from server.http.auth import refusal as unauthorized
 from server.http.handlers import handler_for
 from server.http.header_timeout import HeaderTimeoutProtocol
 from server.http.limits import refusal as over_limits
-from server.http.relay import WholeAnswer
+from server.http.relay import WholeAnswer, answer_head
 from server.http.routes import answer_chat
 from server.http.state import STATE_KEY, GatewayState
 from server.telemetry.logs import (
@@ -157,6 +158,9 @@ async def _route(cycle: RequestResponseCycle, request_id: bytes) -> int:
         body, cycle.body = bytes(cycle.body), bytearray()
     try:
         response = await answer_chat(scope, cycle.receive, body)  # type: ignore[arg-type]
+        if isinstance(response, JsonAnswer):
+            head = answer_head(response)
+            return await _write(cycle, response.status, head, response.body, request_id)
         if type(response) in WHOLE:
             return await _write_response(cycle, response, request_id)
         return await _relay(cycle, response, request_id)

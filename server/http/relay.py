@@ -101,15 +101,21 @@ class WholeAnswer(Response):
     """
 
     def __init__(self, answer: JsonAnswer) -> None:
-        self.status_code = status = answer.status
+        self.status_code = answer.status
         self.background = None
-        self.body = body = answer.body
-        head = [JSON_TYPE]
-        if status >= 200 and status not in (204, 304):
-            head.append((b"content-length", str(len(body)).encode()))
-        for name, value in answer.headers.items():
-            head.append((name.lower().encode("latin-1"), value.encode("latin-1")))
-        self.raw_headers = head
+        self.body = answer.body
+        self.raw_headers = answer_head(answer)
+
+
+def answer_head(answer: JsonAnswer) -> list[tuple[bytes, bytes]]:
+    """A complete answer's headers: its type and length, then its own (``x-rehearsal-*``)."""
+    status, body = answer.status, answer.body
+    head = [JSON_TYPE]
+    if status >= 200 and status not in (204, 304):
+        head.append((b"content-length", str(len(body)).encode()))
+    for name, value in answer.headers.items():
+        head.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+    return head
 
 
 def json_response(answer: JsonAnswer) -> Response:

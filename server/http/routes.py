@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope
 
+from server.chat_call import JsonAnswer
 from server.engines.calls import StreamAnswer
 from server.errors import StoreUnavailable
 from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY
@@ -46,13 +47,17 @@ JSON = "application/json"
 )
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions (non-stream and SSE)."""
-    return await answer_chat(request.scope, request.receive)
+    answer = await answer_chat(request.scope, request.receive)
+    return answer if isinstance(answer, Response) else json_response(answer)
 
 
-async def answer_chat(scope: Scope, receive: Receive, body: bytes | None = None) -> Response:
+async def answer_chat(
+    scope: Scope, receive: Receive, body: bytes | None = None
+) -> Response | JsonAnswer:
     """The chat endpoint on a bare ASGI scope and ``receive``: the route's, and the chat lane's
     (``server/http/lane.py``), which has no Starlette ``Request`` to build and may hold the
-    whole ``body`` already."""
+    whole ``body`` already. A whole answer comes back as it is, for the lane to write in one
+    piece; a stream or a rehearsal as the response that runs it."""
     notes = scope["state"]
     state: GatewayState = notes[STATE_KEY]
     limit = state.settings.max_body_bytes
@@ -79,13 +84,23 @@ async def answer_chat(scope: Scope, receive: Receive, body: bytes | None = None)
         notes[OUTCOME_STATE_KEY] = answer.outcome
     if answer.rehearsal is not None:
         notes[REHEARSAL_STATE_KEY] = answer.rehearsal
-    return json_response(answer)
+    return answer
+
+
+# The headers the chat route reads: ``X-Session-Id`` and the knobs (``rehearsal/budget.py``).
+READ_HEADERS = (b"x-session-id", b"x-rehearsal-")
 
 
 def headers_of(scope: Scope) -> dict[str, str]:
-    """The request's headers by lower-case name; of a repeated one, the last (as the knobs read
-    them, ``rehearsal/budget.py``)."""
-    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+    """The headers the chat route reads, by lower-case name; of a repeated one, the last (as the
+    knobs read them). Only those are decoded: an SDK sends a dozen others (``x-stainless-*``,
+    ``user-agent``, ...), which cost ~15 Python opcodes each to decode and the knob lookup then
+    lowered again."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope["headers"]
+        if name.startswith(READ_HEADERS)
+    }
 
 
 # Before the {rehearsal_id} route, which would otherwise read "trust" as an id.

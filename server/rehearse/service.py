@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from rehearsal.budget import Budget, BudgetCaps, resolve_budget
+from rehearsal.budget import Budget, BudgetCaps, names_a_knob, resolve_budget
 from rehearsal.context import PlannerSettings, RehearsalRequest
 from rehearsal.errors import BudgetError, GeneratorError
 from rehearsal.messages import AssistantTurn
@@ -267,6 +267,16 @@ class RehearsalRun:
         }
 
 
+def _off_unless_asked(defaults: Budget, caps: BudgetCaps) -> bool:
+    """Whether a request that names no knob passes through (the shipped defaults): such a
+    request then needs no budget resolved (~70 Python opcodes of a pass-through). Defaults
+    over their caps are left to each request's resolution, which answers them with a 400."""
+    try:
+        return not resolve_budget(None, None, defaults=defaults, caps=caps).active
+    except BudgetError:
+        return False
+
+
 class RehearsalService:
     """Runs rehearsals for the chat service; owns the knobs' defaults, caps and planner settings."""
 
@@ -296,6 +306,7 @@ class RehearsalService:
         self.writer = writer
         self.defaults = defaults
         self.caps = caps
+        self._off_unless_asked = _off_unless_asked(defaults, caps)
         self.planner = planner
         self.trust_settings = trust or TrustSettings()
 
@@ -338,6 +349,8 @@ class RehearsalService:
 
     def budget_for(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> Budget | None:
         """The call's budget when it is to be rehearsed (400 on a bad knob), else ``None``."""
+        if self._off_unless_asked and "rehearsal" not in body and not names_a_knob(headers):
+            return None
         return resolve_knobs(body, headers, defaults=self.defaults, caps=self.caps)
 
     async def answer(

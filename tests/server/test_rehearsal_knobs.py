@@ -1,0 +1,73 @@
+"""Which calls get a budget, and the shortcut for requests that name no knob.
+
+A request that says nothing of rehearsal skips budget resolution when the server's defaults
+rehearse nothing. These pin that the shortcut answers exactly what the full resolution answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from rehearsal.budget import Budget, BudgetCaps
+from rehearsal.context import PlannerSettings
+from server.errors import InvalidRequest
+from server.rehearse.service import RehearsalService, _off_unless_asked, resolve_knobs
+
+CAPS = BudgetCaps(max_budget=8, max_depth=3, max_deadline_ms=60_000)
+OFF = Budget(mode="off")
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+BODY: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}
+
+
+def test_off_defaults_take_the_shortcut_and_active_ones_do_not() -> None:
+    assert _off_unless_asked(OFF, CAPS)
+    assert _off_unless_asked(replace(OFF, mode="parallel", budget=0), CAPS)  # budget 0 is off
+    assert not _off_unless_asked(replace(OFF, mode="parallel", budget=4), CAPS)
+
+
+def test_defaults_over_their_caps_are_left_to_each_request_which_gets_a_400() -> None:
+    over = replace(OFF, mode="parallel", budget=12)
+    assert not _off_unless_asked(over, CAPS)
+    with pytest.raises(InvalidRequest) as raised:
+        resolve_knobs(BODY, {}, defaults=over, caps=CAPS)
+    assert raised.value.param == "default.budget"
+
+
+def _service(defaults: Budget) -> RehearsalService:
+    """A service for its knob reading only: nothing here calls an engine or the store."""
+    return RehearsalService(
+        None, None, None, None,  # type: ignore[arg-type]
+        defaults=defaults, caps=CAPS, planner=PlannerSettings(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("defaults", [OFF, replace(OFF, mode="parallel", budget=4)])
+@pytest.mark.parametrize(
+    ("extra", "headers", "rehearsed_when_off"),
+    [
+        ({}, {}, False),
+        ({}, {"x-session-id": "s", "user-agent": "sdk"}, False),
+        ({"rehearsal": None}, {}, False),
+        ({"rehearsal": {"mode": "sequential", "budget": 2}}, {}, True),
+        ({}, {"X-Rehearsal-Mode": "sequential", "X-Rehearsal-Budget": "2"}, True),
+        ({}, {"x-rehearsal-mode": "sequential", "x-rehearsal-budget": "2"}, True),
+        ({"tools": None}, {"X-Rehearsal-Mode": "sequential"}, False),
+    ],
+)
+def test_budget_for_answers_what_the_full_resolution_answers(
+    defaults: Budget, extra: dict[str, Any], headers: dict[str, str], rehearsed_when_off: bool
+) -> None:
+    body = {**BODY, **extra}
+    expected = resolve_knobs(body, headers, defaults=defaults, caps=CAPS)
+    assert _service(defaults).budget_for(body, headers) == expected
+    if not defaults.active:
+        assert (expected is not None) is rehearsed_when_off
+
+
+def test_a_bad_knob_is_a_400_on_either_path() -> None:
+    for defaults in (OFF, replace(OFF, mode="parallel", budget=4)):
+        with pytest.raises(InvalidRequest):
+            _service(defaults).budget_for(BODY, {"X-Rehearsal-Depth": "abc"})
