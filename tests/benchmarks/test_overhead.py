@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from benchmarks.bodies import AGENT_SYSTEM, AGENT_TOOLS, build_bodies
+from benchmarks.overhead import failed
 from tests.support.procs import ROOT
 
 ROW = re.compile(r"^\| (small|agent) \((\d+) B\) \| (\d+) \| (direct|vllm-router|gateway) \|", re.M)
@@ -107,3 +108,16 @@ def test_against_runs_another_trees_gateway_as_a_front(tmp_path: Path) -> None:
     assert row["vs_trees"] == {name: pytest.approx(gateway["cpu_ms"] / other["cpu_ms"])}
     assert f"| {name} |" in done.stdout
     assert f"gateway CPU / {name} CPU |" in done.stdout
+
+
+def test_a_lost_request_fails_the_run_unless_only_a_floor_lost_it() -> None:
+    """The floors are instruments: their errors are shown, and only the fronts under test fail."""
+    def rows(**errors: int) -> list[dict[str, Any]]:
+        names = ("direct", "vllm-router", "gateway", "python floor", "bare floor", "gateway at x")
+        return [{"fronts": {name: {"errors": errors.get(name.split()[0], 0)} for name in names}}]
+
+    assert not failed(rows())
+    assert not failed(rows(python=3, bare=1))
+    assert failed(rows(gateway=1))
+    assert failed(rows(**{"vllm-router": 1}))
+    assert failed(rows(direct=2))
