@@ -112,6 +112,7 @@ def test_against_runs_another_trees_gateway_as_a_front(tmp_path: Path) -> None:
 
 def test_a_lost_request_fails_the_run_unless_only_a_floor_lost_it() -> None:
     """The floors are instruments: their errors are shown, and only the fronts under test fail."""
+
     def rows(**errors: int) -> list[dict[str, Any]]:
         names = ("direct", "vllm-router", "gateway", "python floor", "bare floor", "gateway at x")
         return [{"fronts": {name: {"errors": errors.get(name.split()[0], 0)} for name in names}}]
