@@ -429,13 +429,13 @@ def test_multi_engine_shares_its_model_cache_across_nodes() -> None:
 
 def test_in_flight_component_scales_on_the_gateway_gauge() -> None:
     """With the component, the HPA reads the in-flight Pods metric the gateway exports, plus CPU."""
-    from server.telemetry.metrics import PREFIX
+    from server.telemetry.families import PREFIX
 
     metrics = _one(render("in-flight-hpa"), "HorizontalPodAutoscaler", GATEWAY)["spec"]["metrics"]
     assert [m["type"] for m in metrics] == ["Pods", "Resource"]
     assert metrics[0]["pods"]["metric"]["name"] == PREFIX + "in_flight_requests"
     assert metrics[0]["pods"]["target"]["type"] == "AverageValue"
-    source = (ROOT / "server" / "telemetry" / "metrics.py").read_text()
+    source = (ROOT / "server" / "telemetry" / "families.py").read_text()
     assert 'PREFIX + "in_flight_requests"' in source
     base_metrics = _one(render("base"), "HorizontalPodAutoscaler", GATEWAY)["spec"]["metrics"]
     assert [m["type"] for m in base_metrics] == ["Resource"]

@@ -431,11 +431,11 @@ def test_content_logging_is_opt_in_and_never_logs_keys(start_twin, start_gateway
 
 
 def test_documented_buckets_match_the_code() -> None:
-    """docs/metrics.md lists each bucket layout exactly as server/telemetry/metrics.py has it."""
-    from server.telemetry import metrics
+    """docs/metrics.md lists each bucket layout exactly as server/telemetry/families.py has it."""
+    from server.telemetry import families
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
     for name in ("OVERHEAD_BUCKETS", "REQUEST_BUCKETS", "REAL_CALL_BUCKETS", "FIDELITY_BUCKETS"):
         line = next(x for x in text.splitlines() if x.startswith(f"- `{name}`"))
         documented = tuple(float(v) for v in line.rpartition(": ")[2].split(", "))
-        assert documented == getattr(metrics, name), name
+        assert documented == getattr(families, name), name
