@@ -75,25 +75,36 @@ WHOLE = (WholeAnswer, Response)
 class LaneProtocol(HeaderTimeoutProtocol):
     """The gateway's HTTP/1.1 protocol: ``HeaderTimeoutProtocol``, with the chat lane."""
 
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        # The gateway and its settings are the app's for its whole life (its lifespan has run
+        # before uvicorn accepts a connection): looked up once per connection, not per request.
+        self._lane = lane_of(self.app_state)
+        # As uvicorn starts an ASGI task: a fresh context when asked for (uvicorn >= 0.55).
+        self._fresh_context = getattr(self.config, "reset_contextvars", False)
+
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         scope: Any = cycle.scope
-        gateway = None
-        if scope["path"] == CHAT_PATH and scope["method"] == "POST" and app is self.app:
-            gateway = lane_of(scope)  # not when uvicorn answers 503 over limit_concurrency
-        if gateway is None:
+        gateway = self._lane
+        # Not when uvicorn answers 503 over limit_concurrency (``app`` is then its own).
+        if (
+            gateway is None
+            or app is not self.app
+            or scope["path"] != CHAT_PATH
+            or scope["method"] != "POST"
+        ):
             super()._start_asgi_task(cycle, app)
             return
-        # As uvicorn starts an ASGI task, fresh context included when it is asked for.
-        fresh = getattr(self.config, "reset_contextvars", False)  # uvicorn >= 0.55
-        context = contextvars.Context() if fresh else None
+        context = contextvars.Context() if self._fresh_context else None
         task = self.loop.create_task(serve_chat(cycle, gateway), context=context)
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
 
-def lane_of(scope: Any) -> GatewayState | None:
-    """The gateway whose chat lane serves this request, or None (the ASGI stack serves it)."""
-    gateway = scope["state"].get(STATE_KEY)
+def lane_of(app_state: dict[str, Any]) -> GatewayState | None:
+    """The gateway whose chat lane serves the app's chat requests, or None (the ASGI stack
+    serves them)."""
+    gateway = app_state.get(STATE_KEY)
     if gateway is None or not gateway.settings.chat_lane or gateway.settings.fastapi_telemetry:
         return None
     return gateway  # type: ignore[no-any-return]

@@ -103,6 +103,29 @@ def test_slow_headers_are_cut_at_the_header_timeout(start_double, start_gateway)
     assert response.status_code == 200
 
 
+def test_a_later_request_that_trickles_its_headers_is_cut_too(start_double, start_gateway) -> None:
+    """On a kept-alive connection, the next request's head is bounded as the first one's was.
+
+    A whole head never arms the timer; one that ends a read unfinished does, so this request
+    answered in one piece and then a head sent a byte at a time is the case that arms it.
+    """
+    engine = start_double("echo")
+    gateway = start_gateway(engine.url + "/v1", env={"RGW_HEADER_TIMEOUT": "0.5"})
+    with _connect(gateway.port) as sock:
+        sock.sendall(_head(len(BODY)) + BODY)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(0.7)  # longer than the header timeout: idle keep-alive is not bounded by it
+        started = time.monotonic()
+        for byte in _head(len(BODY))[:30]:
+            try:
+                sock.send(bytes([byte]))
+            except OSError:
+                break
+            time.sleep(0.05)
+        assert _read_all(sock) == b""  # closed without an answer
+        assert 0.4 < time.monotonic() - started < 5
+
+
 def test_idle_keep_alive_lasts_rgw_keepalive_s(start_double, start_gateway) -> None:
     """The gateway keeps an idle connection RGW_KEEPALIVE_S, then closes it (the reuse race).
 
