@@ -36,6 +36,16 @@ def _head(length: int) -> bytes:
     )
 
 
+def _trickle(sock: socket.socket, data: bytes) -> None:
+    """Send ``data`` a byte every 50 ms, until the gateway closes the socket."""
+    for byte in data:
+        try:
+            sock.send(bytes([byte]))
+        except OSError:
+            return
+        time.sleep(0.05)
+
+
 def _read_all(sock: socket.socket) -> bytes:
     data = b""
     while chunk := sock.recv(65536):
@@ -89,12 +99,7 @@ def test_slow_headers_are_cut_at_the_header_timeout(start_double, start_gateway)
     gateway = start_gateway(engine.url + "/v1", env={"RGW_HEADER_TIMEOUT": "0.5"})
     with _connect(gateway.port) as idle, _connect(gateway.port) as trickle:
         started = time.monotonic()
-        for byte in _head(len(BODY))[:30]:
-            try:
-                trickle.send(bytes([byte]))
-            except OSError:
-                break
-            time.sleep(0.05)
+        _trickle(trickle, _head(len(BODY))[:30])
         assert _read_all(trickle) == b""  # closed without an answer
         assert _read_all(idle) == b""
         assert time.monotonic() - started < 5
@@ -116,12 +121,7 @@ def test_a_later_request_that_trickles_its_headers_is_cut_too(start_double, star
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         time.sleep(0.7)  # longer than the header timeout: idle keep-alive is not bounded by it
         started = time.monotonic()
-        for byte in _head(len(BODY))[:30]:
-            try:
-                sock.send(bytes([byte]))
-            except OSError:
-                break
-            time.sleep(0.05)
+        _trickle(sock, _head(len(BODY))[:30])
         assert _read_all(sock) == b""  # closed without an answer
         assert 0.4 < time.monotonic() - started < 5
 
