@@ -53,7 +53,7 @@ from server.http.auth import refusal as unauthorized
 from server.http.handlers import handler_for
 from server.http.header_timeout import HeaderTimeoutProtocol
 from server.http.limits import refusal as over_limits
-from server.http.relay import WholeAnswer, answer_head
+from server.http.relay import answer_head
 from server.http.routes import answer_chat
 from server.http.state import STATE_KEY, GatewayState
 from server.telemetry.logs import (
@@ -67,9 +67,6 @@ from server.telemetry.waits import WaitClock, current_clock
 log = logging.getLogger("rehearsal_gateway.server")
 
 Head = list[tuple[bytes, bytes]]
-# Answers whose body is bytes in hand (exactly these types: streams and rehearsed answers are
-# Responses too): one write.
-WHOLE = (WholeAnswer, Response)
 
 
 class LaneProtocol(HeaderTimeoutProtocol):
@@ -172,9 +169,8 @@ async def _route(cycle: RequestResponseCycle, request_id: bytes) -> int:
         if isinstance(response, JsonAnswer):
             head = answer_head(response)
             return await _write(cycle, response.status, head, response.body, request_id)
-        if type(response) in WHOLE:
-            return await _write_response(cycle, response, request_id)
-        return await _relay(cycle, response, request_id)
+        return await _relay(cycle, response, request_id)  # a stream or a rehearsal: it runs
+
     except Exception as exc:
         if cycle.response_started:
             raise
