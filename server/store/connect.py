@@ -150,7 +150,7 @@ def connect(url: str, *, timeout_s: float, max_connections: int) -> Connection:
         nodes = [ClusterNode(host, port) for host, port in topology.addresses]
         cluster = RedisCluster(startup_nodes=nodes, ssl=topology.tls, **login, **bounds)
         return Connection(cluster, "cluster")
-    manager = Sentinel(  # type: ignore[no-untyped-call]
+    manager = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]  # typed in redis 8.2
         list(topology.addresses),
         sentinel_kwargs={
             "socket_timeout": timeout_s,
