@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -114,3 +116,52 @@ def test_a_turn_reports_its_first_failing_call() -> None:
     assert checker.check_turn(odd).status == "unchecked"
     assert checker.check_turn(tool_turn("get_order", {"order_id": "#1"})).status == "ok"
     assert checker.check_turn(AssistantTurn(content="done")).status == "ok"
+
+
+def test_where_the_fast_validator_refuses_the_reference_decides() -> None:
+    """NaN is a ``number`` to ``jsonschema`` and not to ``jsonschema-rs``: ok, not a veto."""
+    parameters = {"type": "object", "properties": {"x": {"type": "number"}}}
+    checker = ToolChecker([tool(parameters)])
+    assert checker.check_call(call("t", '{"x": NaN}')).status == "ok"
+    assert checker.check_call(call("t", '{"x": "1"}')).message == (
+        "arguments.x: '1' is not of type 'number'"
+    )
+
+
+def test_a_pattern_is_matched_by_pythons_regular_expressions() -> None:
+    """``\\d`` takes any Unicode digit in Python's ``re`` (ASCII only in ECMA-262): no fast path."""
+    parameters = {"type": "object", "properties": {"code": {"type": "string", "pattern": r"^\d+$"}}}
+    checker = ToolChecker([tool(parameters)])
+    assert checker.check_call(call("t", {"code": "\u0663\u0664"})).status == "ok"  # Arabic-Indic
+    assert checker.check_call(call("t", {"code": "x1"})).invalid
+
+
+def test_a_remote_ref_in_a_schema_is_never_fetched() -> None:
+    """A client's schema naming a URL must not make the gateway fetch it (no request is sent)."""
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            body = b'{"type": "integer"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/n.json"
+        parameters = {"type": "object", "properties": {"n": {"$ref": url}}}
+        verdict = ToolChecker([tool(parameters)]).check_call(call("t", {"n": "seven"}))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == []
+    assert verdict.status == "unchecked"  # it could not decide: never a veto
