@@ -36,7 +36,7 @@ from rehearsal.messages import (
     Role,
     ToolCall,
     Usage,
-    canonical_json,
+    canonical_arguments,
 )
 from rehearsal.parsing import parse_execution_result
 from rehearsal.ports import Generator, MemoryStore
@@ -252,7 +252,7 @@ class RehearsalContext:
         """
         first: dict[tuple[str, str], ToolCall] = {}
         for call in calls:
-            first.setdefault((call.name, canonical_json(call.parsed_arguments)), call)
+            first.setdefault((call.name, canonical_arguments(call.arguments)), call)
         await asyncio.gather(*(self.grounding_for(call) for call in first.values()))
 
     async def grounding_for(self, call: ToolCall) -> list[GroundingObservation]:
@@ -260,7 +260,7 @@ class RehearsalContext:
         tenant = self.request.tenant
         if self.store is None or tenant is None or self.settings.grounding_limit <= 0:
             return []
-        key = (call.name, canonical_json(call.parsed_arguments))
+        key = (call.name, canonical_arguments(call.arguments))
         if key not in self._grounding:
             limit = self.settings.grounding_limit
             try:

@@ -49,7 +49,13 @@ def call_signature(name: str, arguments: str) -> str:
     finding a trajectory, the summary): about 30 computations for a K=4 request, each a JSON
     parse and dump. A call's text determines its signature, so it is computed once.
     """
-    return f"{name} {canonical_json(loads_arguments(arguments))}"
+    return f"{name} {canonical_arguments(arguments)}"
+
+
+@functools.lru_cache(maxsize=1024)
+def canonical_arguments(arguments: str) -> str:
+    """A call's arguments text in the canonical form (its signature's and grounding's key)."""
+    return canonical_json(loads_arguments(arguments))
 
 
 def loads_arguments(arguments: str) -> JSON:
@@ -58,6 +64,17 @@ def loads_arguments(arguments: str) -> JSON:
         return json.loads(arguments)
     except ValueError:
         return arguments
+
+
+@functools.lru_cache(maxsize=1024)
+def hermes_block(name: str, arguments: str) -> str:
+    """One call as the model writes it: ``<tool_call>`` around its name and parsed arguments.
+
+    Every imagination of a turn renders that turn's calls again (K=4: four times the same text),
+    so the text of a call is made once.
+    """
+    block = {"name": name, "arguments": loads_arguments(arguments)}
+    return f"\n<tool_call>\n{json.dumps(block, ensure_ascii=False)}\n</tool_call>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,8 +176,7 @@ class AssistantTurn:
         text = f"<think>\n{self.reasoning}\n</think>\n\n" if self.reasoning else ""
         text += self.content or ""
         for call in self.tool_calls:
-            block = {"name": call.name, "arguments": call.parsed_arguments}
-            text += f"\n<tool_call>\n{json.dumps(block, ensure_ascii=False)}\n</tool_call>"
+            text += hermes_block(call.name, call.arguments)
         return text
 
     def to_message(self) -> Message:

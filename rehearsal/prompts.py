@@ -115,15 +115,22 @@ def _indent_compact(compact: str) -> str:
     return _dump(json.loads(compact))
 
 
+@functools.lru_cache(maxsize=256)
+def _dump_arguments(arguments: str) -> str:
+    """A call's arguments as the prompt shows them; each of a turn's K imaginations shows them."""
+    return _dump(loads_arguments(arguments))
+
+
 def few_shot_section(observations: Sequence[GroundingObservation]) -> str:
     """Section 2: one ``Tool name / Tool arguments / Tool execution result`` block per pair."""
     if not observations:
         return f"{FEW_SHOT_LABEL} <unavailable>"
     lines = [FEW_SHOT_LABEL]
     for seen in observations:
-        result = seen.result if isinstance(seen.result, str) else _dump(seen.result)
+        # The same real results ground every imagination of a call: ``_dump_repeated``'s cache.
+        result = seen.result if isinstance(seen.result, str) else _dump_repeated(seen.result)
         lines.append(
-            f"Tool name:\n{seen.name}\nTool arguments:\n{_dump(seen.arguments)}\n"
+            f"Tool name:\n{seen.name}\nTool arguments:\n{_dump_repeated(seen.arguments)}\n"
             f"Tool execution result:\n{result}\n"
         )
     return "\n".join(lines)
@@ -225,7 +232,7 @@ def rehearsal_user_prompt(
         f"{CURRENT_LABEL}\n- name: {call.name}\n"
         f"- input schema (JSON Schema):\n{text.schema(call.name)}\n"
         f"- arguments (JSON, parsed from caller's tool_call):\n"
-        f"{_dump(loads_arguments(call.arguments))}"
+        f"{_dump_arguments(call.arguments)}"
     )
     sections = [
         text.listing,
