@@ -96,7 +96,10 @@ def measure(args: argparse.Namespace) -> int:
     from tests.support.procs import cli_argv, free_port, start_http_server
 
     tracer = [sys.executable, "-m", "benchmarks.opcodes", "trace"]
-    bodies = build_bodies(args.profile, 64, seed=7)
+    if args.profile == "rehearsal":
+        bodies = rehearsal_bodies()
+    else:
+        bodies = build_bodies(args.profile, 64, seed=7)
     with tempfile.TemporaryDirectory(prefix="rgw-opcodes-") as tmp:
         work = Path(tmp)
         twin_port = free_port()
@@ -147,10 +150,23 @@ def measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def rehearsal_bodies() -> list[bytes]:
+    """What ``benchmarks.gateway_cpu`` sends rehearsed: retail world turns, parallel K=4."""
+    import orjson
+
+    from benchmarks.gateway_cpu import MODES
+    from benchmarks.rehearsal import world_request
+    from twin.worlds import load_world
+
+    world = load_world("retail")
+    return [orjson.dumps(world_request(world, i, i, MODES["parallel K=4"])) for i in range(64)]
+
+
 def report(counted: dict[str, collections.Counter[str]], args: argparse.Namespace) -> None:
     per = {name: sum(c.values()) / args.requests for name, c in counted.items()}
     floor, gateway = per["python floor"], per["gateway"]
-    print(f"Python opcodes per pass-through ({args.profile} body, {args.requests} requests)")
+    what = "rehearsed request" if args.profile == "rehearsal" else "pass-through"
+    print(f"Python opcodes per {what} ({args.profile} body, {args.requests} requests)")
     print("| front | opcodes per request | × python floor | × gateway |")
     print("|---|---:|---:|---:|")
     for name, value in per.items():
@@ -178,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         trace(argv[1:])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", choices=["small", "agent"], default="agent")
+    parser.add_argument("--profile", choices=["small", "agent", "rehearsal"], default="agent")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument(
