@@ -100,6 +100,10 @@ class ToolCall:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
 
+    def with_id(self, call_id: str) -> ToolCall:
+        """The same call under another id (``dataclasses.replace`` walks the fields in Python)."""
+        return ToolCall(call_id, self.name, self.arguments)
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -156,6 +160,11 @@ class AssistantTurn:
     @property
     def is_answer(self) -> bool:
         return not self.tool_calls
+
+    def with_calls(self, tool_calls: tuple[ToolCall, ...]) -> AssistantTurn:
+        """The same turn with other tool calls (``dataclasses.replace`` walks fields in Python)."""
+        return AssistantTurn(self.content, self.reasoning, tool_calls, self.finish_reason,
+                             self.engine_fields)  # fmt: skip
 
     @property
     def signature(self) -> str:

@@ -14,7 +14,6 @@ import secrets
 import string
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 from rehearsal.messages import AssistantTurn, ToolCall, Usage
@@ -24,14 +23,19 @@ _BASE62 = string.digits + string.ascii_letters
 ARGUMENT_PIECES = 4  # a streamed tool call's arguments arrive in about this many fragments
 
 
+# Base62 digits two at a time, least significant first, as one divmod by 62 each would write them.
+_PAIRS = [_BASE62[i % 62] + _BASE62[i // 62] for i in range(62 * 62)]
+
+
 def mint_tool_call_id() -> str:
-    # One draw from the OS, not 24 (``secrets.choice`` per character reads urandom each time).
+    # One draw from the OS, not 24 (``secrets.choice`` per character reads urandom each time),
+    # written out two digits per step (24 steps of one were ~240 Python opcodes).
     number = secrets.randbelow(62**24)
-    digits = []
-    for _ in range(24):
-        number, digit = divmod(number, 62)
-        digits.append(_BASE62[digit])
-    return TOOL_CALL_PREFIX + "".join(digits)
+    pairs = []
+    for _ in range(12):
+        number, pair = divmod(number, 62 * 62)
+        pairs.append(_PAIRS[pair])
+    return TOOL_CALL_PREFIX + "".join(pairs)
 
 
 def mint_rehearsal_id() -> str:
@@ -44,8 +48,7 @@ def mint_completion_id() -> str:
 
 def with_minted_ids(turn: AssistantTurn) -> AssistantTurn:
     """The turn with every tool call renamed to a gateway-minted id."""
-    calls = tuple(replace(call, id=mint_tool_call_id()) for call in turn.tool_calls)
-    return replace(turn, tool_calls=calls)
+    return turn.with_calls(tuple(call.with_id(mint_tool_call_id()) for call in turn.tool_calls))
 
 
 def finish_reason(turn: AssistantTurn) -> str:

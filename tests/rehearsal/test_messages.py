@@ -191,3 +191,20 @@ def test_the_engines_fingerprint_reaches_every_choice() -> None:
     assert {turn.engine_fields["system_fingerprint"] for turn in response.choices} == {
         "vllm-0.32.0"
     }
+
+
+def test_with_calls_and_with_id_keep_every_other_field() -> None:
+    """The spelled-out copies change one field and keep the rest, as ``replace`` would."""
+    import dataclasses
+
+    call = ToolCall("c-1", "get_order", '{"order_id": "#1"}')
+    turn = AssistantTurn("text", "thinking", (call,), "tool_calls", {"stop_reason": 7})
+    other = (call.with_id("c-2"),)
+    assert other[0] == dataclasses.replace(call, id="c-2")
+    assert {f.name for f in dataclasses.fields(ToolCall)} == {"id", "name", "arguments"}
+    moved = turn.with_calls(other)
+    assert moved == dataclasses.replace(turn, tool_calls=other)
+    assert moved.engine_fields == {"stop_reason": 7}  # compared apart: compare=False
+    assert [f.name for f in dataclasses.fields(AssistantTurn)] == [
+        "content", "reasoning", "tool_calls", "finish_reason", "engine_fields",
+    ]  # fmt: skip

@@ -227,3 +227,22 @@ def test_minted_tool_call_ids_are_call_and_24_base62_characters() -> None:
     assert all(re.fullmatch(r"call_[0-9A-Za-z]{24}", i) for i in ids)
     assert len(set(ids)) == len(ids)
     assert len({c for i in ids for c in i[5:]}) == 62  # every base62 digit turns up
+
+
+def test_a_minted_id_writes_its_number_in_base62_least_significant_digit_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two digits per step write the same characters as one ``divmod`` by 62 per digit."""
+    import secrets
+    import string
+
+    from server.rehearse import committed
+
+    digits62 = string.digits + string.ascii_letters
+    for number in (0, 1, 61, 62, 3843, 3844, 62**24 - 1, 123456789 * 62**17 + 987654321):
+        monkeypatch.setattr(secrets, "randbelow", lambda _bound, n=number: n)
+        expected, rest = "", number
+        for _ in range(24):
+            rest, digit = divmod(rest, 62)
+            expected += digits62[digit]
+        assert committed.mint_tool_call_id() == "call_" + expected
