@@ -29,6 +29,7 @@ from rehearsal.checks import CHECK_CODE, ToolChecker
 from rehearsal.errors import GeneratorError
 from rehearsal.memory import MemoryEntry
 from rehearsal.messages import (
+    NO_USAGE,
     AssistantTurn,
     GenerationRequest,
     GenerationResponse,
@@ -181,7 +182,7 @@ class RehearsalContext:
         response = await self.generator.generate(request)
         if not response.choices:
             raise GeneratorError("engine returned no choices", role=request.role)
-        self.tokens[request.role] = self.tokens.get(request.role, Usage()) + response.usage
+        self.tokens[request.role] = self.tokens.get(request.role, NO_USAGE) + response.usage
         return response
 
     def acting_request(

@@ -144,6 +144,11 @@ class Usage:
         )
 
 
+#: No tokens: one shared value where a sum starts or a call cost nothing (a frozen dataclass's
+#: ``__init__`` is ~30 Python opcodes, and a K=4 rehearsal made a dozen of these).
+NO_USAGE = Usage()
+
+
 @dataclass(frozen=True, slots=True)
 class AssistantTurn:
     """One assistant choice: what the model thought, said and called."""
@@ -303,7 +308,7 @@ class GenerationResponse:
     """What one call returned: its choices in order, and the tokens it cost."""
 
     choices: tuple[AssistantTurn, ...]
-    usage: Usage = Usage()
+    usage: Usage = NO_USAGE
 
     @classmethod
     def from_openai(cls, body: object) -> GenerationResponse:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rehearsal.budget import Budget
-from rehearsal.messages import JSON, AssistantTurn, ToolCall, Usage
+from rehearsal.messages import JSON, NO_USAGE, AssistantTurn, ToolCall, Usage
 from rehearsal.parsing import Verdict
 
 Ending = Literal[
@@ -203,7 +203,7 @@ class RehearsalResult:
     @property
     def usage(self) -> Usage:
         """All tokens spent by every role, which is what the client is billed."""
-        return sum(self.tokens.values(), Usage())
+        return sum(self.tokens.values(), NO_USAGE)
 
     @property
     def engine_calls(self) -> int:

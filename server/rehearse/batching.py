@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from rehearsal.errors import GeneratorError, MalformedResponse
-from rehearsal.messages import GenerationRequest, GenerationResponse, Usage
+from rehearsal.messages import NO_USAGE, GenerationRequest, GenerationResponse
 
 log = logging.getLogger("rehearsal_gateway.rehearse")
 
@@ -102,7 +102,7 @@ def split_answer(raw: bytes, count: int) -> list[GenerationResponse]:
         message = f"the engine answered {len(answer.choices)} choices to a batch of {count}"
         raise MalformedResponse(message)
     return [
-        GenerationResponse((choice,), answer.usage if index == 0 else Usage())
+        GenerationResponse((choice,), answer.usage if index == 0 else NO_USAGE)
         for index, choice in enumerate(answer.choices)
     ]
 
