@@ -16,11 +16,15 @@ Each server runs under ``python -m benchmarks.opcodes trace MODULE ARGS...``, wh
 ``__main__`` (``clients.cli`` or ``uvicorn``) and counts opcodes per function between SIGUSR1
 and SIGUSR2 (a ``sys.settrace`` tracer with ``f_trace_opcodes``; the event loop's thread is the
 main thread, where signal handlers run), then writes the counts to ``$OPCODES_OUT`` as JSON.
-The driver starts the engine twin at zero latency, the gateway, the floor and the gateway of each
-``--against`` tree, warms each up, and sends ``--requests`` requests one at a time between the
-two signals.
+The driver starts the engine twin at zero latency, the gateway, the floor, the bare floor
+(``benchmarks/floor_bare.py``: no ASGI server, ~565 opcodes per small pass-through) and the
+gateway of each ``--against`` tree, warms each up, and sends ``--requests`` requests one at a time
+between the two signals. ``--profile rehearsal`` sends what ``benchmarks.gateway_cpu`` sends
+rehearsed (retail world turns, parallel K=4), so the count is per rehearsed request; the floors
+only relay those.
 
-    python -m benchmarks.opcodes [--profile agent] [--requests 200] [--top 20] [--against DIR]
+    python -m benchmarks.opcodes [--profile small|agent|rehearsal] [--requests 200] [--top 20]
+                                 [--against DIR]
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ def measure(args: argparse.Namespace) -> int:
         floor = ["uvicorn", "benchmarks.floor_relay:app", "--http", "httptools", "--loop",
                  "uvloop", "--log-level", "warning", "--no-access-log", "--port"]  # fmt: skip
         fronts["python floor"] = ([*tracer, *floor], {"FLOOR_ENGINE": twin.url})
+        bare = ["benchmarks.floor_bare", "--port"]  # no ASGI server: httptools and our wire
+        fronts["bare floor"] = ([*tracer, *bare], {"FLOOR_ENGINE": twin.url})
         for tree in args.against:
             path = str(Path(tree).resolve())
             fronts[f"gateway at {Path(tree).name}"] = (
