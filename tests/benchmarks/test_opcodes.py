@@ -16,7 +16,9 @@ import pytest
 
 from tests.support.procs import ROOT
 
-ROW = re.compile(r"^\| (gateway|python floor|gateway at \S+) \| ([\d,]+) \| ([\d.]+) \|", re.M)
+ROW = re.compile(
+    r"^\| (gateway|python floor|bare floor|gateway at \S+) \| ([\d,]+) \| ([\d.]+) \|", re.M
+)
 
 
 @pytest.mark.slow
@@ -28,16 +30,34 @@ def test_tiny_run_counts_every_front() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     per = {name: float(count.replace(",", "")) for name, count, _ in ROW.findall(done.stdout)}
-    assert set(per) == {"gateway", "python floor", f"gateway at {ROOT.name}"}
+    assert set(per) == {"gateway", "python floor", "bare floor", f"gateway at {ROOT.name}"}
     assert per["python floor"] > 1000  # aiohttp and uvicorn alone run thousands
+    assert 100 < per["bare floor"] < 1000  # httptools' callbacks and our wire, nothing else
     # Its own logic runs thousands too; on the chat lane (server/http/lane.py) and the lean
     # wire it now runs fewer than the floor's uvicorn cycle and aiohttp client.
     assert 1000 < per["gateway"] < per["python floor"]
     assert 0.9 < per[f"gateway at {ROOT.name}"] / per["gateway"] < 1.1
     # By area, a column per front: the gateway's own modules run, the floor has none of them.
-    http = re.search(r"^\| server/http \| ([\d,]+) \| 0 \| ([\d,]+) \|$", done.stdout, re.M)
+    http = re.search(r"^\| server/http \| ([\d,]+) \| 0 \| 0 \| ([\d,]+) \|$", done.stdout, re.M)
     assert http is not None, done.stdout
     assert int(http.group(1).replace(",", "")) > 100
-    assert re.search(r"^\| uvicorn \| [\d,]+ \| [1-9][\d,]* \|", done.stdout, re.M)
+    assert re.search(r"^\| uvicorn \| [\d,]+ \| [1-9][\d,]* \| 0 \|", done.stdout, re.M)
     # The lane builds no Starlette request and runs no Starlette middleware on a pass-through.
     assert not re.search(r"^\| starlette \| [1-9]", done.stdout, re.M), done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_rehearsal_profile_counts_a_rehearsed_request() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.opcodes", "--profile", "rehearsal", "--requests", "10"],
+        cwd=ROOT, capture_output=True, text=True, timeout=230, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("Python opcodes per rehearsed request"), done.stdout
+    per = {name: float(count.replace(",", "")) for name, count, _ in ROW.findall(done.stdout)}
+    # K=4 imaginations, the checks and the commit: several times a relay's work.
+    assert per["gateway"] > 3 * per["python floor"], done.stdout
+    core = re.search(r"^\| rehearsal \| ([\d,]+) \| 0 \| 0 \|$", done.stdout, re.M)
+    assert core is not None, done.stdout
+    assert int(core.group(1).replace(",", "")) > 1000, done.stdout
