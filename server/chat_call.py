@@ -18,10 +18,24 @@ PASSTHROUGH = "passthrough"
 
 
 @dataclass(frozen=True, slots=True)
+class HeadFields:
+    """What a pass-through reads of a request head that the Rust pre-check passed
+    (``server/chat/precheck.py``): ``ChatRequestHead``'s fields of the same names and values,
+    since its strict validation converts nothing."""
+
+    model: str | None = None
+    user: str | None = None
+    n: int | None = None
+    stream: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ChatCall:
     """One validated chat-completions request, ready to send."""
 
-    request: ChatRequestHead  # all of ChatCompletionRequest when the call is rehearsed
+    # All of ChatCompletionRequest when the call is rehearsed; a pass-through's head, or only
+    # the fields read of it when the pre-check passed it.
+    request: ChatRequestHead | HeadFields
     body: dict[str, Any]  # the client's JSON as parsed (extras included)
     payload: bytes  # the bytes an engine receives for a pass-through
     model: str | None  # the engine-side model name (aliases resolved)
