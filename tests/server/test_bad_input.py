@@ -235,3 +235,37 @@ def test_fuzzed_requests_never_get_a_500(client: httpx.Client, content: bytes) -
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
         assert set(response.json()["error"]) >= {"message", "type", "param", "code"}
+
+
+GORILLA_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "dict"}}}
+
+
+@pytest.mark.parametrize("precheck", ["rust first", "pydantic alone"])
+@pytest.mark.parametrize(
+    ("content", "status", "param"),
+    [
+        (valid(), 200, None),
+        (valid(n=2, seed=3, stream=False), 200, None),
+        (valid(seed=1.0), 400, "seed"),
+        (valid(n=0), 400, "n"),
+        (valid(messages=[{"role": "tool", "content": "x"}]), 400, "messages[0].tool_call_id"),
+        (valid(tools=[GORILLA_TOOL]), 400, "tools[0].function.parameters"),
+    ],
+)  # fmt: skip
+def test_a_pass_through_gets_one_answer_with_or_without_the_precheck(
+    gateway: str,
+    monkeypatch: pytest.MonkeyPatch,
+    precheck: str,
+    content: bytes,
+    status: int,
+    param: str | None,
+) -> None:
+    """The Rust pre-check (``server/chat/precheck.py``) changes who checks, never the answer."""
+    if precheck == "pydantic alone":
+        monkeypatch.setattr("server.chat.service.PRECHECK", None)
+    response = post(gateway, content)
+    if status == 200:
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"]
+    else:
+        assert_envelope(response, status, param)

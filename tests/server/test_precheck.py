@@ -2,8 +2,8 @@
 
 ``server/chat/precheck.py`` answers for ``ChatRequestHead`` whenever ``jsonschema-rs`` accepts a
 body, so it must be at least as strict as pydantic everywhere. Hypothesis takes the benchmarks'
-realistic bodies (``benchmarks/bodies.py``, small and agent) and the request shapes the other
-tests send, replaces, adds or deletes one value anywhere in them (every JSON type, the edge
+realistic bodies (``benchmarks/bodies.py``, small and agent) and one body carrying the head's
+other typed fields, replaces, adds or deletes one value anywhere in them (every JSON type, the edge
 numbers of ``n``, ``1.0`` for an integer), and holds the two checks to one verdict wherever the
 pre-check says yes; where it says no, pydantic's answer stands (and is what the client gets).
 """
@@ -128,14 +128,29 @@ def test_values_strict_pydantic_refuses_go_to_pydantic(field: str, value: Any) -
     assert PRECHECK.fields(body) is None
 
 
-def test_an_integer_below_the_top_level_is_refused_at_build() -> None:
+def test_the_integer_fields_are_the_top_level_ones() -> None:
+    assert PRECHECK is not None
+    assert set(PRECHECK.integer_fields) == {
+        "top_logprobs", "max_tokens", "max_completion_tokens", "n", "seed", "top_k"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["a definition", "inside a top-level field"])
+def test_an_integer_below_the_top_level_is_refused_at_build(where: str) -> None:
     schema = ChatRequestHead.model_json_schema()
-    schema["$defs"]["StreamOptions"]["properties"]["every"] = {"type": "integer"}
+    if where == "a definition":
+        schema["$defs"]["StreamOptions"]["properties"]["every"] = {"type": "integer"}
+    else:
+        schema["properties"]["stop"]["anyOf"].append(
+            {"type": "array", "items": {"type": "integer"}}
+        )
     with pytest.raises(ValueError, match="below the top level"):
         HeadPrecheck(schema)
 
 
-def test_without_a_precheck_pydantic_checks_every_head(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_precheck_that_cannot_be_built_leaves_pydantic_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def broken(self: HeadPrecheck, schema: dict[str, Any]) -> None:
         raise ValueError("no schema today")
 
