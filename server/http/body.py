@@ -45,20 +45,27 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
 
 
-def whole_body(scope: Scope, body: bytes, limit: int) -> bytes:
+def whole_body(body: bytes, limit: int) -> bytes:
     """A body that arrived whole with its head, checked as ``read_body`` checks one.
 
     The chat lane takes it off uvicorn's request cycle when nothing is left to wait for, so it
-    pays for no ``receive`` and no deadline (~200 Python opcodes of a pass-through).
+    pays for no ``receive`` and no deadline (~200 Python opcodes of a pass-through). Its length
+    is all there is to check: llhttp, uvicorn's parser, ended the message at its declared
+    ``Content-Length`` and answers a malformed one with a 400 before any route sees it
+    (``tests/server/test_lane.py``), so the header says nothing the body does not. Reading it
+    anyway meant a dict of every header per request, 2% of a small pass-through's CPU samples
+    in py-spy at 16 clients.
     """
-    _check_declared(scope, limit)
     if len(body) > limit:
         raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
     return body
 
 
 def _check_declared(scope: Scope, limit: int) -> None:
-    declared = dict(scope["headers"]).get(b"content-length")  # names come lowered
+    declared = None
+    for name, value in scope["headers"]:
+        if name == b"content-length":  # names come lowered
+            declared = value
     if declared is not None:
         if not declared.isdigit():
             raise InvalidRequest("invalid Content-Length header")

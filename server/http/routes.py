@@ -64,7 +64,7 @@ async def answer_chat(
     if body is None:
         raw = await read_body(scope, receive, limit)
     else:
-        raw = whole_body(scope, body, limit)
+        raw = whole_body(body, limit)
     headers = headers_of(scope)
     call = state.chat.prepare(
         raw,

@@ -216,6 +216,28 @@ def test_an_error_after_the_answer_started_closes_the_connection(
     assert metric_value(gateway.url, "rehearsal_gateway_in_flight_requests") == 0
 
 
+@pytest.mark.parametrize("length", ["abc", "-1", "1 2", "99999999999999999999999"])
+def test_a_malformed_content_length_never_reaches_the_lane(
+    start_twin, start_gateway, counted: Counted, length: str
+) -> None:
+    """``whole_body`` trusts the parser to have held a body to its declared length: a header
+    that declares none it can read is refused before any route sees the request."""
+    twin = start_twin("--latency", "zero", "--seed", "1")
+    gateway = start_gateway(f"{twin.url}/v1")
+    body = orjson.dumps(HI)
+    head = f"POST {CHAT} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+    request = (head + f"content-length: {length}\r\n\r\n").encode() + body
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(request)
+        status, headers, _ = read_answer(sock, bytearray())
+        assert status == b"HTTP/1.1 400 Bad Request"
+        assert headers["connection"] == "close"
+        assert sock.recv(1) == b""
+    assert counted.calls == 0
+    assert post(gateway.url, body).status_code == 200  # the gateway lives on
+    assert counted.calls == 1
+
+
 def chunked_request(body: bytes) -> bytes:
     head = f"POST {CHAT} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
     head += "transfer-encoding: chunked\r\n\r\n"
