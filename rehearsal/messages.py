@@ -128,20 +128,36 @@ class Usage:
     @classmethod
     def from_openai(cls, body: object) -> Usage:
         """Read an OpenAI ``usage`` object; absent or odd fields count as zero."""
-        usage = body if isinstance(body, JSON_OBJECT) else {}
-        details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, JSON_OBJECT) else 0
-        out = usage.get("completion_tokens_details")
-        reasoning = out.get("reasoning_tokens") if isinstance(out, JSON_OBJECT) else 0
-        prompt = usage.get("prompt_tokens")
-        completion = usage.get("completion_tokens")
-        # ``type(...) is int``: a count, never a bool; inline, as this runs on every pass-through.
-        return cls(
-            prompt if type(prompt) is int and prompt > 0 else 0,
-            completion if type(completion) is int and completion > 0 else 0,
-            cached if type(cached) is int and cached > 0 else 0,
-            reasoning if type(reasoning) is int and reasoning > 0 else 0,
-        )
+        return cls(*usage_counts(body))
+
+
+def usage_counts(body: object) -> tuple[int, int, int, int]:
+    """An OpenAI ``usage`` object's (prompt, completion, cached, reasoning) token counts, as
+    ``Usage.from_openai`` reads them, without building a ``Usage``: a pass-through only adds
+    them to its metrics, and a frozen dataclass's ``__init__`` was half of the 2 us this took.
+    """
+    # ``is not None`` first: vLLM sends ``null`` details, and ``isinstance(None, Mapping)`` is
+    # the ABC's slow path.
+    usage = body if body is not None and isinstance(body, JSON_OBJECT) else {}
+    details = usage.get("prompt_tokens_details")
+    cached = (
+        details.get("cached_tokens")
+        if details is not None and isinstance(details, JSON_OBJECT)
+        else 0
+    )
+    out = usage.get("completion_tokens_details")
+    reasoning = (
+        out.get("reasoning_tokens") if out is not None and isinstance(out, JSON_OBJECT) else 0
+    )
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    # ``type(...) is int``: a count, never a bool; inline, as this runs on every pass-through.
+    return (
+        prompt if type(prompt) is int and prompt > 0 else 0,
+        completion if type(completion) is int and completion > 0 else 0,
+        cached if type(cached) is int and cached > 0 else 0,
+        reasoning if type(reasoning) is int and reasoning > 0 else 0,
+    )
 
 
 #: No tokens: one shared value where a sum starts or a call cost nothing (a frozen dataclass's

@@ -14,7 +14,7 @@ import aiohttp
 import httpx
 import orjson
 
-from rehearsal.messages import Usage
+from rehearsal.messages import usage_counts
 from server.engines.pool import Engine
 from server.errors import (
     EngineError,
@@ -39,9 +39,11 @@ def count_usage(metrics: GatewayMetrics, body: bytes) -> bool:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return False
-    usage = Usage.from_openai(data.get("usage") if isinstance(data, dict) else None)
-    metrics.observe_passthrough_usage(usage.prompt, usage.completion, usage.cached)
-    note_passthrough_tokens(usage.prompt, usage.completion, usage.cached)
+    prompt, completion, cached, _ = usage_counts(
+        data.get("usage") if isinstance(data, dict) else None
+    )
+    metrics.observe_passthrough_usage(prompt, completion, cached)
+    note_passthrough_tokens(prompt, completion, cached)
     return True
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from rehearsal.messages import (
     Usage,
     canonical_json,
     from_openai_response,
+    usage_counts,
 )
 
 
@@ -99,6 +101,31 @@ def test_odd_fields_are_tolerated() -> None:
         "prompt_tokens_details": {"cached_tokens": -1},
     }
     assert Usage.from_openai(odd) == Usage()  # a count is a non-negative int, or zero
+
+
+@pytest.mark.parametrize(
+    ("usage", "counts"),
+    [
+        (None, (0, 0, 0, 0)),
+        (3, (0, 0, 0, 0)),
+        ("usage", (0, 0, 0, 0)),
+        ({}, (0, 0, 0, 0)),
+        ({"prompt_tokens": 7, "completion_tokens": 2}, (7, 2, 0, 0)),
+        ({"prompt_tokens": 7, "prompt_tokens_details": None}, (7, 0, 0, 0)),
+        ({"prompt_tokens": 7, "prompt_tokens_details": {"cached_tokens": 5}}, (7, 0, 5, 0)),
+        ({"completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 4}},
+         (0, 9, 0, 4)),
+        ({"prompt_tokens": False, "completion_tokens": 1.0, "prompt_tokens_details": []},
+         (0, 0, 0, 0)),
+        (MappingProxyType({"prompt_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}}),
+         (2, 0, 1, 0)),
+    ],
+)  # fmt: skip
+def test_usage_counts_of_a_usage_object(usage: object, counts: tuple[int, ...]) -> None:
+    """The pass-through's tuple (``usage_counts``) and the rehearsal's ``Usage`` read one
+    ``usage`` object alike: odd or absent fields count as zero, a mapping counts as a dict."""
+    assert usage_counts(usage) == counts
+    assert Usage.from_openai(usage) == Usage(*counts)
 
 
 @pytest.mark.parametrize(
