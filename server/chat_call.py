@@ -4,6 +4,11 @@ The chat service (``server/chat``) builds the call from the request; rehearsal
 (``server/rehearse``) reads it; both answer with a ``JsonAnswer`` when the answer is whole.
 Streamed answers are the layers' own (``StreamAnswer`` in ``server/engines``, a rehearsal run in
 ``server/rehearse``).
+
+Each pass-through builds one of each, so they are plain slotted dataclasses, not frozen ones: a
+frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``, and ``timeit``
+put the three at 2.6 us per request frozen against 0.95 us plain. Nothing writes to them after
+they are built; the layers pass them on as values.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from server.protocol import ChatRequestHead
 PASSTHROUGH = "passthrough"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HeadFields:
     """What a pass-through reads of a request head that the Rust pre-check passed
     (``server/chat/precheck.py``): ``ChatRequestHead``'s fields of the same names and values,
@@ -29,7 +34,7 @@ class HeadFields:
     stream: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChatCall:
     """One validated chat-completions request, ready to send."""
 
@@ -49,7 +54,7 @@ class ChatCall:
         return bool(self.request.stream)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JsonAnswer:
     """A complete answer: the engine's JSON bytes (or ours), sent with one write."""
 
