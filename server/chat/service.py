@@ -168,7 +168,10 @@ class ChatService:
             body=body,
             payload=payload,
             model=model,
-            affinity=affinity_key(session_id, request.user, body["messages"]),
+            # A rehearsal always has one: its memory is filed under it (``server/rehearse``).
+            affinity=affinity_key(session_id, request.user, body["messages"])
+            if budget is not None or self.pool.keyed
+            else b"",
             tenant=tenant,
             session=session_id or request.user,
             budget=budget,

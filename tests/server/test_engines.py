@@ -44,6 +44,15 @@ def test_affinity_key_precedence() -> None:
     assert affinity_key("x", None, first) != affinity_key(None, "x", first)
 
 
+def test_a_key_matters_with_a_choice_of_engines_or_a_router() -> None:
+    """One plain engine: every call lands on it, so a pass-through builds no key. Two, none yet
+    (discovery), or a router that hashes the key itself: it does."""
+    assert not make_pool(count=1).keyed
+    assert make_pool(count=2).keyed
+    assert make_pool(count=0).keyed
+    assert make_pool(count=1, router="vllm-router").keyed
+
+
 def test_same_key_same_engine_and_keys_spread() -> None:
     """One key always lands on one engine; many keys use every engine."""
     pool = make_pool()

@@ -9,12 +9,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import orjson
 import pytest
 
 from rehearsal.budget import Budget, BudgetCaps
 from rehearsal.context import PlannerSettings
+from server.chat.service import ChatService
+from server.engines.pool import affinity_key
 from server.errors import InvalidRequest
 from server.rehearse.service import RehearsalService, _off_unless_asked, resolve_knobs
+from tests.server.test_engines import make_pool
 
 CAPS = BudgetCaps(max_budget=8, max_depth=3, max_deadline_ms=60_000)
 OFF = Budget(mode="off")
@@ -71,3 +75,22 @@ def test_a_bad_knob_is_a_400_on_either_path() -> None:
     for defaults in (OFF, replace(OFF, mode="parallel", budget=4)):
         with pytest.raises(InvalidRequest):
             _service(defaults).budget_for(BODY, {"X-Rehearsal-Depth": "abc"})
+
+
+@pytest.mark.parametrize("engines", [1, 2])
+def test_a_rehearsal_is_always_keyed_a_pass_through_when_the_key_can_matter(engines: int) -> None:
+    """The affinity key files a rehearsal's memory, so every rehearsed call has one; a
+    pass-through has one only when it can change where the call lands (``EnginePool.keyed``)."""
+    pool = make_pool(count=engines)
+    chat = ChatService(pool, None, rehearsal=_service(OFF), feedback=None)  # type: ignore[arg-type]
+    body = {**BODY, "model": "m"}
+    key = affinity_key(None, None, body["messages"])
+    relayed = chat.prepare(orjson.dumps(body), session_id=None, tenant="t")
+    rehearsed = chat.prepare(
+        orjson.dumps({**body, "rehearsal": {"mode": "parallel", "budget": 2}}),
+        session_id=None,
+        tenant="t",
+    )
+    assert (relayed.budget, rehearsed.budget is not None) == (None, True)
+    assert rehearsed.affinity == key
+    assert relayed.affinity == (key if engines > 1 else b"")
