@@ -115,15 +115,10 @@ class ChaosProxy:
     async def _shutdown(self) -> None:
         """Stop listening and end every connection and its task, so none outlives the loop.
 
-        A connection accepted just before the listener closed is still being set up by asyncio's
-        own task: that task is let finish (cancelled, it would leak its socket), which registers
-        the connection (``_accept``), and then every connection is closed and its task ended.
+        ``refuse`` stops listening with no connection left half accepted (``_stop_listening``)
+        and closes every connection; then every connection's task is ended.
         """
         await self._switch("refuse")
-        while accepting := [t for t in asyncio.all_tasks() if _accepting(t)]:
-            await asyncio.wait(accepting)
-        for writer in list(self._writers):
-            _abort(writer)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -141,15 +136,31 @@ class ChaosProxy:
 
     async def _switch(self, fault: str) -> None:
         self.fault = fault
+        if fault == "refuse":
+            await self._stop_listening()
         for writer in list(self._writers):
             _abort(writer)
         self._writers.clear()
-        if fault == "refuse":
-            if self._server is not None:
-                self._server.close()
-                self._server = None
-        else:
+        if fault != "refuse":
             await self._listen()
+
+    async def _stop_listening(self) -> None:
+        """Close the listener, with no connection left half accepted.
+
+        asyncio accepts in two steps: the listener's callback takes the socket and starts a task
+        (``_accept_connection2``) that makes its transport. A server closed between the two makes
+        that transport fail half made (Python 3.11: ``Server._attach`` asserts the server is
+        open; the task swallows the error), holding the socket with no one to close it: an
+        unclosed-transport warning in whichever later test the garbage collector runs in. So the
+        tasks already started are let finish first (each registers its connection, ``_accept``),
+        and the server is closed in the step that finds none left, before another can start.
+        """
+        if self._server is None:
+            return
+        while accepting := [t for t in asyncio.all_tasks() if _accepting(t)]:
+            await asyncio.wait(accepting)
+        self._server.close()
+        self._server = None
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # Known from the moment it is accepted, so that a switch or the shutdown closes it even
