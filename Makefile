@@ -57,7 +57,7 @@ bench: install
 	$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS)
 
 ## Rehearsal on the real vLLM CPU engine (tiny model): K=4/K=1, vLLM's own prefix-cache
-## counters, plain-request latency under rehearsal load with and without priorities (~3 min);
+## counters, plain-request latency under rehearsal load with and without priorities (~7 min);
 ## then imaginations batched into one vLLM call against one call each (~4 min).
 bench-vllm: install vllm-env
 	$(PY) -m benchmarks.rehearsal_vllm

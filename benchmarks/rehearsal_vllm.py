@@ -21,12 +21,14 @@ the engine serves in arrival order). Then:
    real work cancels the imaginations on its engine, which start again once it is done), and
    all three again for each ``--share`` that rehearsal-role calls are held to
    (``RGW_ENGINE_MAX_CONCURRENCY`` set to ``--max-num-seqs``, so the share is a share of vLLM's
-   batch). Beside each: what it cost the load's own rehearsals (how many ran,
-   their median wall time, how many degraded), how many requests vLLM preempted meanwhile
+   batch). Beside each: how many requests vLLM was running as each plain request was sent
+   (``vllm:num_requests_running``, the median; with yielding, mostly the load's own acting
+   calls, real work that nothing preempts), what it cost the load's own rehearsals (how many
+   ran, their median wall time, how many degraded), how many requests vLLM preempted meanwhile
    (``vllm:num_preemptions``) and how many imaginations the gateway cancelled for real work
    (``rehearsal_gateway_rehearsal_preemptions_total``).
 
-    python -m benchmarks.rehearsal_vllm [--rounds 3] [--plain 8] [--load 4]
+    python -m benchmarks.rehearsal_vllm [--rounds 3] [--plain 16] [--load 4]
                                         [--share 0.5 [--share 0.25 …]] [--json PATH]
 """
 
@@ -142,9 +144,30 @@ async def overlap(gateway: Proc, engine: Proc, rounds: int) -> dict[str, Any]:
     }
 
 
-async def plain_latencies(url: str, count: int, seed: int) -> list[float]:
+async def plain_latencies(
+    url: str, count: int, seed: int, engine: Proc
+) -> tuple[list[float], list[float]]:
+    """Each plain request's latency, and how many requests vLLM was running when it was sent
+    (``vllm:num_requests_running``, read just before): with imagination yielding, what a plain
+    request still shares the engine with is the load's own acting calls, real work that is
+    never preempted."""
+    times: list[float] = []
+    beside: list[float] = []
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-        return [(await post(client, plain_body(seed + i)))[0] for i in range(count)]
+        for i in range(count):
+            beside.append(await running(client, engine))
+            times.append((await post(client, plain_body(seed + i)))[0])
+    return times, beside
+
+
+async def running(client: httpx.AsyncClient, engine: Proc) -> float:
+    """vLLM's ``vllm:num_requests_running`` now (the requests in its running batch)."""
+    text = (await client.get(engine.url + "/metrics")).text
+    return sum(
+        float(line.rsplit(" ", 1)[-1])
+        for line in text.splitlines()
+        if line.split("{", 1)[0].split(" ", 1)[0] == "vllm:num_requests_running"
+    )
 
 
 def preemptions(engine: Proc) -> float:
@@ -166,11 +189,14 @@ def gateway_preemptions(gateway: Proc) -> float:
     return total
 
 
-async def under_load(url: str, plain: int, load: int, seed: int) -> tuple[list[float], list[Any]]:
+async def under_load(
+    url: str, plain: int, load: int, seed: int, engine: Proc
+) -> tuple[list[float], list[float], list[Any]]:
     """Plain requests one at a time while ``load`` clients keep K=4 rehearsals in flight.
 
-    Returns the plain latencies and, per rehearsal of the load (those in flight when the plain
-    requests are done finish too), its wall time and whether it degraded.
+    Returns the plain latencies, what vLLM was running as each was sent, and, per rehearsal of
+    the load (those in flight when the plain requests are done finish too), its wall time and
+    whether it degraded.
     """
     stop = asyncio.Event()
     rehearsals: list[Any] = []
@@ -186,11 +212,11 @@ async def under_load(url: str, plain: int, load: int, seed: int) -> tuple[list[f
     workers = [asyncio.create_task(rehearse_forever(w)) for w in range(load)]
     await asyncio.sleep(1.0)  # let the rehearsal traffic fill the engine's queue
     try:
-        times = await plain_latencies(url, plain, seed)
+        times, beside = await plain_latencies(url, plain, seed, engine)
     finally:
         stop.set()
         await asyncio.gather(*workers)
-    return times, rehearsals
+    return times, beside, rehearsals
 
 
 def loaded_phases(shares: list[float]) -> list[str]:
@@ -204,16 +230,24 @@ def loaded_phases(shares: list[float]) -> list[str]:
 async def priorities(gateways: dict[str, Proc], engine: Proc, args: argparse.Namespace) -> Any:
     loaded = loaded_phases(args.share)
     samples: dict[str, list[float]] = {"alone": [], **{name: [] for name in loaded}}
+    beside: dict[str, list[float]] = {name: [] for name in samples}
     load: dict[str, list[Any]] = {name: [] for name in samples}
     pushed: dict[str, float] = dict.fromkeys(samples, 0.0)
     yielded: dict[str, float] = dict.fromkeys(samples, 0.0)
     for round_ in range(args.priority_rounds):
         seed = 5000 + 100 * round_
-        samples["alone"] += await plain_latencies(gateways["priority"].url, args.plain, seed)
+        times, running_then = await plain_latencies(
+            gateways["priority"].url, args.plain, seed, engine
+        )
+        samples["alone"] += times
+        beside["alone"] += running_then
         shift = round_ % len(loaded)  # each round starts the rotation one phase later
         for name in loaded[shift:] + loaded[:shift]:
             before = preemptions(engine), gateway_preemptions(gateways[name])
-            times, rehearsals = await under_load(gateways[name].url, args.plain, args.load, seed)
+            times, running_then, rehearsals = await under_load(
+                gateways[name].url, args.plain, args.load, seed, engine
+            )
+            beside[name] += running_then
             pushed[name] += preemptions(engine) - before[0]
             yielded[name] += gateway_preemptions(gateways[name]) - before[1]
             samples[name] += times
@@ -226,6 +260,7 @@ async def priorities(gateways: dict[str, Proc], engine: Proc, args: argparse.Nam
             * 1000,
             "vs_alone": statistics.median(values) / alone,
             "n": len(values),
+            "running_at_send": statistics.median(beside[name]),
             "load_rehearsals": len(load[name]),
             "load_p50_s": statistics.median([t for t, _ in load[name]]) if load[name] else 0.0,
             "load_degraded": sum(degraded for _, degraded in load[name]),
@@ -282,7 +317,7 @@ def phase_label(name: str, max_num_seqs: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="K=1 and K=4 rounds each")
-    parser.add_argument("--plain", type=int, default=8, help="plain requests per phase")
+    parser.add_argument("--plain", type=int, default=16, help="plain requests per phase and round")
     parser.add_argument("--load", type=int, default=4, help="concurrent rehearsal clients")
     parser.add_argument("--priority-rounds", type=int, default=2)
     parser.add_argument("--max-num-seqs", type=int, default=8)
@@ -327,15 +362,17 @@ def main(argv: list[str] | None = None) -> int:
           "target ≥ 80%); rehearsal-role calls alone: "
           f"{lap['rehearse_cached_share']:.1%}")  # fmt: skip
     print("\n| plain pass-through requests (max_tokens 16), one at a time | p50 ms | p90 ms "
-          "| × alone | requests | load: rehearsals, p50 s, degraded | vLLM preemptions "
-          "| imaginations cancelled |\n|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+          "| × alone | requests | vLLM running at send (median) "
+          "| load: rehearsals, p50 s, degraded | vLLM preemptions "
+          "| imaginations cancelled |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
     for name, row in waits.items():
         tally = ""
         if name != "alone":
             tally = (f"{row['load_rehearsals']}, {row['load_p50_s']:.1f} s, "
                      f"{row['load_degraded']}")  # fmt: skip
         print(f"| {phase_label(name, args.max_num_seqs)} | {row['p50_ms']:.0f} "
-              f"| {row['p90_ms']:.0f} | {row['vs_alone']:.2f} | {row['n']} | {tally} "
+              f"| {row['p90_ms']:.0f} | {row['vs_alone']:.2f} | {row['n']} "
+              f"| {row['running_at_send']:g} | {tally} "
               f"| {row['vllm_preemptions']:.0f} | {row['gateway_preemptions']:.0f} |")  # fmt: skip
     if args.json:
         Path(args.json).write_bytes(orjson.dumps({"overlap": lap, "priorities": waits}))

@@ -57,7 +57,11 @@ def test_tiny_run_on_real_vllm(tmp_path: Path) -> None:
         assert row["vllm_preemptions"] >= 0
         if not name.startswith("yield"):  # only a yielding gateway cancels imaginations
             assert row["gateway_preemptions"] == 0
-        cells = f"| {row['p50_ms']:.0f} | {row['p90_ms']:.0f} | {row['vs_alone']:.2f} | 2 |"
+        assert 0 <= row["running_at_send"] <= 8  # --max-num-seqs
+        cells = (
+            f"| {row['p50_ms']:.0f} | {row['p90_ms']:.0f} | {row['vs_alone']:.2f} | 2 "
+            f"| {row['running_at_send']:g} |"
+        )
         if name != "alone":  # the load's own rehearsals: each phase ran at least one
             assert 0 <= row["load_degraded"] <= row["load_rehearsals"] >= 1
             cells += (
