@@ -206,6 +206,8 @@ class GatewayMetrics(MetricFamilies):
         for trajectory in result.trajectories:
             for step in trajectory.steps:
                 for observation in step.observations:
+                    if observation.source == "imagined":
+                        self._child(self.imagination_parse, observation.parse).inc()
                     if observation.verdict == "veto":
                         code = observation.code or "UNKNOWN"
                         self._child(self.vetoes, code, observation.source).inc()
