@@ -39,7 +39,7 @@ STORE_OPS = (  # the operations of server/store/backends.py
     "recent_memory", "save_grounding", "grounding", "record_trust", "trust_table",
     "save_settled", "limits",
 )  # fmt: skip
-# ---- background store writes and fair-use limits (issue 14; server/store/writer.py, limits.py)
+# ---- background store writes and fair-use limits (server/store/writer.py, limits.py)
 STORE_WRITE_OPS = ("settle", "feedback", "charge")
 STORE_WRITE_OUTCOMES = ("written", "failed", "dropped", "cut")
 LIMIT_KINDS = ("rate", "concurrency", "engine_calls", "budget_depth")
@@ -213,7 +213,7 @@ class MetricFamilies:
         )
 
     def _fair_use_families(self, reg: CollectorRegistry) -> None:
-        """Background store writes and fair-use limits (issue 14; docs/limits.md)."""
+        """Background store writes and fair-use limits (docs/limits.md)."""
         self.store_writes = Counter(
             PREFIX + "store_writes",
             "Background store writes by kind and outcome (written, failed, dropped, cut).",
