@@ -191,6 +191,9 @@ class GatewaySettings(BaseSettings):
     max_deadline_ms: int = Field(default=120_000, ge=1)
     # The rehearsal role's system instruction (DESIGN §2); a file replaces ours, e.g. upstream's.
     simulator_prompt_file: str | None = None
+    # Tokens one imagined tool result may take: on a slow engine an imagination that runs on is
+    # the rehearsal's whole cost (a 0.5B model on CPU decodes ~3 tokens/s), so it is bounded here.
+    rehearse_max_tokens: int = Field(default=2048, ge=1)
     memory_note_tokens: int = Field(default=600, ge=64)
     grounding_examples: int = Field(default=3, ge=0, le=16)
     # Deterministic checks (rehearsal/checks.py): an argument a tool's schema does not declare is

@@ -6,6 +6,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from server.rehearse.defaults import planner_settings
 from server.settings import MASK, EngineSpec, GatewaySettings
 
 
@@ -64,3 +65,10 @@ def test_masked_hides_every_secret() -> None:
         assert secret not in shown
     assert shown.count(MASK) == 3
     assert "redis:6379" in shown
+
+
+def test_rehearse_max_tokens_reaches_the_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RGW_REHEARSE_MAX_TOKENS bounds every imagined result's engine call (default 2048)."""
+    assert planner_settings(GatewaySettings()).rehearse_max_tokens == 2048
+    monkeypatch.setenv("RGW_REHEARSE_MAX_TOKENS", "96")
+    assert planner_settings(GatewaySettings()).rehearse_max_tokens == 96
