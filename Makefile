@@ -5,7 +5,7 @@ PYTHON ?= python3
 # The BFCL release `rehearsal-gateway eval` runs (clients/eval/bfcl.py names the same one).
 BFCL_EVAL := bfcl-eval==2026.3.23
 
-.PHONY: install lint test test-fast test-vllm vllm-env real-model demo bench bench-vllm clean
+.PHONY: install lint test test-fast test-vllm vllm-env real-model demo bench bench-vllm bench-real-model clean
 
 install: $(VENV)/.installed
 
@@ -67,6 +67,12 @@ bench: install
 bench-vllm: install vllm-env
 	$(PY) -m benchmarks.rehearsal_vllm
 	$(PY) -m benchmarks.batching_vllm
+
+## Rehearsal with a real language model acting and imagining (Qwen2.5-Coder-0.5B on vLLM CPU):
+## off vs parallel K=2/K=4 vs sequential K=2 on twin worlds used as real tools, paired by task and
+## seed, then a BFCL multi-turn slice through `eval` (~40 min on 2 cores; docs/benchmarks.md).
+bench-real-model: install real-model
+	$(PY) -m benchmarks.real_model $(REAL_MODEL_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-vllm .cache .pytest_cache .mypy_cache .ruff_cache
