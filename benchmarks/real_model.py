@@ -46,6 +46,9 @@ from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # 
 from tests.support.vllm import REAL_MODEL_NAME, start_real_vllm  # noqa: E402
 from twin.worlds import load_world  # noqa: E402
 
+# One acting turn: a tool call or a short answer. Unbounded, the small model sometimes repeats
+# itself to the end of its context (minutes at ~4 tokens/s), on every configuration alike.
+ACT_MAX_TOKENS = 256
 # BFCL's multi-turn prompts (every function of a class, described) outgrow 4,096 tokens.
 BFCL_CONTEXT = ("--max-model-len", "16384")
 # Far beyond any turn here: at ~3 tokens/s a K = 4 turn takes minutes, and a deadline would turn
@@ -211,6 +214,7 @@ async def run_config(config: Config, url: str, grid: Grid, progress: Progress) -
                 agent = ExampleAgent(
                     client, world, model=REAL_MODEL_NAME, rehearsal=config.rehearsal(),
                     latency=ToolLatency(0.0, 0.0), max_turns=grid.max_turns, seed=seed,
+                    max_tokens=ACT_MAX_TOKENS,
                 )  # fmt: skip
                 for task in world.tasks[:: grid.stride][: grid.tasks]:
                     episode = Episode(seed, world_name, task.id)

@@ -123,6 +123,7 @@ class ExampleAgent:
         latency: ToolLatency | None = None,
         max_turns: int = 12,
         seed: int = 0,
+        max_tokens: int | None = None,
     ) -> None:
         self.client = client
         self.world = world
@@ -131,6 +132,7 @@ class ExampleAgent:
         self.latency = latency or ToolLatency()
         self.max_turns = max_turns
         self.seed = seed
+        self.max_tokens = max_tokens  # per turn; a small model may otherwise run to its context
 
     async def run(self, task: Task, session_id: str) -> Episode:
         """Work on ``task`` until the model answers in text or the turns run out."""
@@ -153,6 +155,7 @@ class ExampleAgent:
                 seed=task_seed + turn * 64,
                 rehearsal=self.rehearsal,
                 extra_headers={"X-Session-Id": session_id},
+                **({} if self.max_tokens is None else {"max_tokens": self.max_tokens}),
             )
             episode.model_ms += (time.perf_counter() - asked) * 1000
             episode.turns += 1
