@@ -165,8 +165,8 @@ class GatewaySettings(BaseSettings):
     redis_url: SecretStr | None = None
     redis_prefix: str = Field(default="rgw:", min_length=1)
     # Per Redis operation (and the wait for a free connection). Measured as wall time on the event
-    # loop, so it includes the loop's own lag: 0.25 s marked 1.8-3.2 % of answers degraded on a
-    # busy host with a healthy Redis (issue 14); 1 s bounds a hung Redis all the same.
+    # loop, so it includes the loop's own lag: a busy host must not read as a hung Redis, and
+    # 1 s still bounds a hung one (docs/decisions/0016-store-writes-beside-the-answer.md).
     redis_timeout: float = Field(default=1.0, gt=0, le=10)
     trace_ttl_s: int = Field(default=24 * 3600, ge=1)
     pending_ttl_s: int = Field(default=3600, ge=1)
@@ -217,8 +217,8 @@ class GatewaySettings(BaseSettings):
         dict[str, Literal["trusted", "learning", "ignore_vetoes", "off"]], NoDecode
     ] = Field(default_factory=dict)
 
-    # ---- Store writes beside the answer, and the in-process store's bounds (issue 14;
-    # server/store/writer.py, server/store/inprocess.py).
+    # ---- Store writes beside the answer, and the in-process store's bounds
+    # (server/store/writer.py, server/store/inprocess.py).
     # Writes held at most (beyond: dropped and counted), and how many talk to Redis at once.
     store_writes_max_pending: int = Field(default=10_000, ge=1)
     store_writes_concurrency: int = Field(default=32, ge=1)
@@ -246,16 +246,15 @@ class GatewaySettings(BaseSettings):
     # Prometheus multiprocess directory, required when workers > 1.
     metrics_dir: str | None = None
     # FastAPI's own OpenTelemetry (spans, metrics, logs through a globally configured provider,
-    # e.g. under ``opentelemetry-instrument``). Off: checking for a provider on every request
-    # was ~250 Python opcodes of a ~6,800-opcode pass-through, for telemetry the gateway does
-    # not use (its own is Prometheus and the request log).
+    # e.g. under ``opentelemetry-instrument``). Off: it checks for a provider on every request,
+    # for telemetry the gateway does not use (its own is Prometheus and the request log).
     fastapi_telemetry: bool = False
     # ``POST /v1/chat/completions`` served straight from uvicorn's request cycle, every layer of
     # the ASGI path called in turn (server/http/lane.py): a fifth of a pass-through's Python
     # work. Off: the route goes through the ASGI middleware stack like every other route.
     chat_lane: bool = True
 
-    # ---- Reliability under faults (issue 14, part A): bounded waits, health, drain, edges.
+    # ---- Reliability under faults: bounded waits, health, drain, edges.
     # A stream's first chunk (the engine's queue + prefill), from the request being sent.
     first_byte_timeout: float = Field(default=60.0, gt=0)
     # The longest silence between two chunks of a stream once its first chunk arrived.
