@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ import httpx
 import openai
 import pytest
 
+from rehearsal.parsing import PARSE_CLASSES
 from tests.server.conftest import metric_value
 from tests.server.rehearsal_support import REDIS_URL, drop_prefix
 from tests.support import inprocess
@@ -48,11 +50,7 @@ MESSAGES = [{"role": "system", "content": INSTRUCTION}, {"role": "user", "conten
 REAL_RESULT = {"city": "Paris", "temperature_c": 18, "conditions": "cloudy"}
 # K = 2, each engine call capped; the deadline covers a busy 2-core machine's prefill.
 KNOBS = {"mode": "parallel", "budget": 2, "deadline_ms": 120_000, "early_exit": False}
-# What an imagined observation's ``parse`` class may be (rehearsal/parsing.py).
-PARSE_CLASSES = {
-    "ok", "empty", "thinking_only", "truncated", "no_block", "unclosed", "not_json",
-    "not_object", "echo", "multiple_blocks", "prose_around", "refusal",
-}  # fmt: skip
+PARSE_METRIC = "rehearsal_gateway_imagination_parse_total"
 
 
 @dataclass
@@ -130,31 +128,36 @@ def _observations(trace: dict[str, Any]) -> list[dict[str, Any]]:
     return [o for t in trace["trace"] for s in t["steps"] for o in s["observations"]]
 
 
-def _check_imagination(stack: RealStack, summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rehearsal's observations, each the model's raw text, parsed or classified."""
+def _check_imagination(stack: RealStack, summary: dict[str, Any]) -> Counter[str]:
+    """Check the rehearsal's imaginations (the model's raw text, parsed or classified, never a
+    veto unless parsed) and return how many fell in each parse class."""
     trace = stack.get(f"/v1/rehearsals/{summary['id']}")
-    observations = _observations(trace)
-    assert observations, trace
-    for seen in observations:
-        assert seen["source"] == "imagined"
+    imagined = [o for o in _observations(trace) if o["source"] == "imagined"]
+    assert imagined, trace
+    for seen in imagined:
         assert isinstance(seen["raw"], str)
         assert seen["raw"].strip(), seen  # the model's own text, kept for the reader
+        assert seen["parse"] in PARSE_CLASSES, seen
         outcome = seen["outcome"]
-        assert outcome in ("ok", "error", "unparsed") or outcome.startswith("veto:"), seen
-        if outcome != "unparsed":
+        if seen["parse"] == "ok":
+            assert outcome in ("ok", "error") or outcome.startswith("veto:"), seen
             assert isinstance(seen["result"], dict | list), seen
-        parse = seen.get("parse")  # the parse class; absent before rehearsal/parsing.py has it
-        if parse is not None:
-            assert parse in PARSE_CLASSES, seen
-            if parse != "ok":
-                assert not outcome.startswith("veto"), seen  # no evidence is never a veto
-    classes = summary.get("parse_classes")
-    if classes is not None:
-        assert set(classes) <= PARSE_CLASSES
-        assert sum(classes.values()) == len(observations)
+        else:
+            assert outcome == "unparsed", seen  # no evidence: never a veto, never a pass
+    for checked in _observations(trace):
+        if checked["source"] != "imagined":  # a schema check, before any imagination
+            assert (checked["source"], checked["outcome"]) == ("check", "veto:SCHEMA_INVALID")
+    classes = Counter(seen["parse"] for seen in imagined)
+    assert summary["parse_classes"] == dict(classes)
     rehearse = summary["tokens"]["rehearse"]
-    assert 0 < rehearse["completion"] <= REHEARSE_MAX_TOKENS * len(observations)
-    return observations
+    assert 0 < rehearse["completion"] <= REHEARSE_MAX_TOKENS * len(imagined)
+    return classes
+
+
+def _parse_counts(stack: RealStack) -> Counter[str]:
+    return Counter(
+        {name: metric_value(stack.gateway.url, PARSE_METRIC, parse=name) for name in PARSE_CLASSES}
+    )
 
 
 def _one_weather_call(message: Any) -> Any:
@@ -235,6 +238,7 @@ def test_real_result_is_fed_back_and_counted(stack: RealStack, rehearsed: Any) -
 def test_streamed_rehearsal_commits_the_same_call(stack: RealStack, rehearsed: Any) -> None:
     """The same rehearsal streamed: argument deltas reassemble to the non-streamed call."""
     whole = _one_weather_call(rehearsed.choices[0].message)
+    before = _parse_counts(stack)
     name, arguments, finish, summary = "", "", None, None
     with stack.sdk() as client:
         stream = client.chat.completions.create(
@@ -253,7 +257,8 @@ def test_streamed_rehearsal_commits_the_same_call(stack: RealStack, rehearsed: A
     )  # fmt: skip
     assert summary is not None
     assert summary["mode"] == "parallel"
-    _check_imagination(stack, summary)
+    classes = _check_imagination(stack, summary)
+    assert _parse_counts(stack) - before == classes  # each class counted in the metrics too
 
 
 def test_responses_api_rehearses_a_function_call(stack: RealStack) -> None:
