@@ -4,7 +4,7 @@ vLLM (CPU build) serves Qwen2.5-Coder-0.5B-Instruct (docs/real-model.md) with th
 tool parser; one in-process gateway with the real Redis fronts it. The model's imagined tool
 results are its own text, in whatever shape it writes them: each must be parsed or classified,
 shown raw in the trace, and never turn into a veto when it could not be parsed, nor into a 5xx.
-About 4 minutes here (the model decodes a few tokens a second): prompts are short, answers capped.
+The model decodes a few tokens a second on a CPU: prompts are short and every answer is capped.
 """
 
 from __future__ import annotations
@@ -212,7 +212,8 @@ def test_real_result_is_fed_back_and_counted(stack: RealStack, rehearsed: Any) -
         ]},
         {"role": "tool", "tool_call_id": call.id, "content": json.dumps(REAL_RESULT)},
     ]  # fmt: skip
-    second = _ask(stack, {"mode": "parallel", "budget": 1}, messages=follow_up, max_tokens=24)
+    knobs = {**KNOBS, "budget": 1}
+    second = _ask(stack, knobs, messages=follow_up, max_tokens=24)
     feedback = (second.model_extra or {})["rehearsal"]["feedback"]
     assert [(f["tool_call_id"], f["tool"], f["real_outcome"]) for f in feedback] == [
         (call.id, "get_weather", "ok")
