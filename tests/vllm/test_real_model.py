@@ -28,7 +28,8 @@ from tests.support.inprocess import InProcessGateway
 from tests.support.procs import Proc
 from tests.support.vllm import REAL_MODEL_NAME, RealModelMissing, start_real_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.real_model, pytest.mark.timeout(600)]
+# The first test's timeout also covers vLLM's start (REAL_START_TIMEOUT_S).
+pytestmark = [pytest.mark.vllm, pytest.mark.real_model, pytest.mark.timeout(900)]
 
 API_KEY = "real-model-key"
 REHEARSE_MAX_TOKENS = 96
