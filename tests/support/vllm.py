@@ -134,7 +134,7 @@ def check_real_model() -> None:
     if not (REAL_MODEL_DIR / ".real-model-stamp").exists():
         raise RealModelMissing(
             f"the real-model tests need {REAL_MODEL_DIR.relative_to(ROOT)}: run `make real-model`"
-            " (about 3 minutes once, then cached)"
+            " (once, about 70 s here; then cached)"
         )
 
 
