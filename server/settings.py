@@ -192,7 +192,7 @@ class GatewaySettings(BaseSettings):
     # The rehearsal role's system instruction (DESIGN §2); a file replaces ours, e.g. upstream's.
     simulator_prompt_file: str | None = None
     # Tokens one imagined tool result may take: on a slow engine an imagination that runs on is
-    # the rehearsal's whole cost (a 0.5B model on CPU decodes ~3 tokens/s), so it is bounded here.
+    # the rehearsal's whole cost (docs/real-model.md), so the operator bounds it here.
     rehearse_max_tokens: int = Field(default=2048, ge=1)
     memory_note_tokens: int = Field(default=600, ge=64)
     grounding_examples: int = Field(default=3, ge=0, le=16)

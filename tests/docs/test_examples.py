@@ -3,8 +3,10 @@
 Fenced blocks carry a tag after the language: ``runnable`` (executed; ``127.0.0.1:8000`` is
 rewritten to the live gateway), ``server`` (a long-running ``rehearsal-gateway`` command: started
 on free ports, must answer ``/health``, then stopped), ``make`` (a Makefile target that must
-exist; ``make demo`` itself runs in tests/clients/test_demo.py) or ``vllm`` (needs a GPU and the
-weights: its flags are checked against the ones the gateway relies on, not executed).
+exist; ``make demo`` itself runs in tests/clients/test_demo.py), ``vllm`` (needs a GPU and the
+weights: its flags are checked against the ones the gateway relies on, not executed) or
+``real-vllm`` (the real model's serve command: its flags are those tests/support/vllm.py serves
+it with, so what the page says is what the real-model suite runs).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 from tests.server.rehearsal_support import Stack, running_stack
 from tests.support.procs import ROOT, free_port, start_http_server
+from tests.support.vllm import real_vllm_argv
 
 PAGES = [
     "README.md",
@@ -29,9 +32,10 @@ PAGES = [
     "docs/serving-envace-vllm.md",
     "docs/limits.md",
     "docs/evaluation.md",
+    "docs/real-model.md",
 ]
 FENCE = re.compile(r"^```(python|bash)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
-TAGS = {"runnable", "server", "make", "vllm"}
+TAGS = {"runnable", "server", "make", "vllm", "real-vllm"}
 VLLM_FLAGS = (
     "--enable-auto-tool-choice",
     "--tool-call-parser hermes",
@@ -111,7 +115,7 @@ def test_server_example(tmp_path: Path, language: str, code: str) -> None:
 def test_make_targets_exist(language: str, code: str) -> None:
     """Each `make X` an example names is a target of the Makefile."""
     targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.MULTILINE))
-    named = re.findall(r"^make (\w+)", code, re.MULTILINE)
+    named = re.findall(r"^make ([\w-]+)", code, re.MULTILINE)
     assert named
     assert set(named) <= targets
 
@@ -126,3 +130,19 @@ def test_vllm_commands_carry_the_flags(language: str, code: str) -> None:
     for command in commands:
         for flag in VLLM_FLAGS:
             assert flag in command
+
+
+@pytest.mark.parametrize(("language", "code"), _params("real-vllm"))
+def test_real_model_command_is_the_suites(language: str, code: str) -> None:
+    """The real model's `vllm serve` line carries every flag the real-model suite serves it with."""
+    commands = [
+        " ".join(c.split()) for c in code.replace("\\\n", " ").splitlines() if "vllm serve" in c
+    ]
+    assert len(commands) == 1
+    words = commands[0].split()
+    flags = [arg for arg in real_vllm_argv(8100) if arg.startswith("--")]
+    assert flags
+    assert [flag for flag in flags if flag not in words] == []
+    for flag in ("--tool-call-parser", "--dtype", "--max-model-len"):
+        argv = real_vllm_argv(8100)
+        assert words[words.index(flag) + 1] == argv[argv.index(flag) + 1]

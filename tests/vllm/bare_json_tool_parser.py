@@ -19,7 +19,7 @@ from typing import Any
 from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
 from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 
-from tests.vllm.bare_json import PARSER_NAME, read
+from tests.vllm.bare_json import OPEN, PARSER_NAME, read
 
 
 def _names(request: Any) -> set[str]:
@@ -44,6 +44,13 @@ class BareJsonToolParser(Hermes2ProToolParser):
             model_output if reading.undecided else reading.text, request
         )
 
+    def _last(self, request: Any, token_ids: Sequence[int]) -> bool:
+        """Whether no token can follow: the request's token limit is reached."""
+        limit = getattr(request, "max_completion_tokens", None) or getattr(
+            request, "max_tokens", None
+        )
+        return isinstance(limit, int) and len(token_ids) >= limit
+
     def extract_tool_calls_streaming(
         self,
         previous_text: str,
@@ -58,7 +65,12 @@ class BareJsonToolParser(Hermes2ProToolParser):
         # so it is handed the rewritten text so far; what is still undecided is held back.
         names = _names(request)
         before = read(previous_text, names).text
-        now = read(current_text, names).text
+        reading = read(current_text, names)
+        now = reading.text
+        if reading.undecided and OPEN not in now and self._last(request, current_token_ids):
+            # The text ends undecided (JSON cut by max_tokens): it is no call, as when whole,
+            # and what was held back goes out as content rather than being lost.
+            now = current_text
         return super().extract_tool_calls_streaming(
             before,
             now,
