@@ -49,8 +49,10 @@ from twin.worlds import load_world  # noqa: E402
 # One acting turn: a tool call or a short answer. Unbounded, the small model sometimes repeats
 # itself to the end of its context (minutes at ~4 tokens/s), on every configuration alike.
 ACT_MAX_TOKENS = 256
-# BFCL's multi-turn prompts (every function of a class, described) outgrow 4,096 tokens.
-BFCL_CONTEXT = ("--max-model-len", "16384")
+# BFCL's multi-turn prompts (every function of a class, described) outgrow 4,096 tokens. One
+# prompt must also fit one engine step: vLLM 0.32's CPU build dies when it splits the prefill of a
+# seeded request ("CPU Generator does not use offset"), and the agent sends seeds.
+BFCL_CONTEXT = ("--max-model-len", "16384", "--max-num-batched-tokens", "16384")
 # Far beyond any turn here: at ~3 tokens/s a K = 4 turn takes minutes, and a deadline would turn
 # outcomes into deadline hits.
 DEADLINE_MS = 900_000
@@ -364,7 +366,7 @@ def bfcl_slice(gateway: Proc, key: str, limit: int, out: Path) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=2, help="seeds per task (paired across runs)")
-    parser.add_argument("--tasks", type=int, default=3, help="tasks per world")
+    parser.add_argument("--tasks", type=int, default=3, help="tasks per world (0: BFCL only)")
     parser.add_argument(
         "--stride", type=int, default=4, help="every N-th task of a world (one of each kind)"
     )
