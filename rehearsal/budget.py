@@ -57,6 +57,8 @@ class Budget:
     top_p: float = 0.95
     early_exit: bool = True
     trace: bool = False
+    # One re-asking call when every candidate fails a deterministic check (rehearsal.planner).
+    repair: bool = True
 
     @property
     def active(self) -> bool:
@@ -78,6 +80,7 @@ class Budget:
             "top_p": self.top_p,
             "early_exit": self.early_exit,
             "trace": self.trace,
+            "repair": self.repair,
         }
 
     def max_engine_calls(self, calls_per_turn: int = 1) -> int:

@@ -2,7 +2,9 @@
 
 Every trajectory's first action gets one piece of **evidence** (``evidence``):
 
-- ``invalid`` — a deterministic check vetoed it (schema, unknown tool): always acted on;
+- ``invalid`` — the schema check vetoed it (schema, unknown tool): always acted on;
+- ``repeated_failure`` — the identical call already failed for real in this conversation and
+  nothing since may have changed that (``rehearsal.hindsight``): a fact, always acted on;
 - ``vetoed`` — imagination predicted a failure (veto, tool error, or a continuation that went
   badly) and every tool of the action is ``trusted`` (``rehearsal.trust``);
 - ``doubted`` — the same prediction for a tool whose imagination is not trusted: recorded, not
@@ -11,9 +13,11 @@ Every trajectory's first action gets one piece of **evidence** (``evidence``):
   was unparseable, or a deadline or engine error cut it short);
 - ``clean`` — rehearsed and predicted to work; ``answer`` — a final answer (nothing to rehearse).
 
-Only ``invalid`` and ``vetoed`` count against an action. The guarantees follow from that:
-an action with either is never committed while a candidate without them exists, and a
-schema-invalid action never while a valid one exists.
+Only ``invalid``, ``repeated_failure`` and ``vetoed`` count against an action
+(``DETERMINISTIC`` names the first two: decided without imagination). The guarantees follow:
+an action with any of them is never committed while a candidate without them exists, a
+schema-invalid action never while a valid one exists, and a repeated real failure never while
+a schema-valid candidate that is no repeat exists.
 
 ``select`` — no extra engine call — ranks what is left by one sort key: evidence first (clean or
 answer before unrehearsed or doubted), then the action sampled most often (the policy's own
@@ -22,8 +26,9 @@ sample. ``anchored`` (the planner's default) keeps the un-rehearsed action unles
 ``invalid`` or ``vetoed`` and a ``clean`` replacement exists; ``replacement`` picks that one (a
 tool action: a final answer is no replacement for a call, since ending the task early is worse
 than one failed call).
-When nothing is allowed, ``least_bad`` still commits *something* — a schema-valid action before
-an invalid one — and the summary says so.
+When nothing is allowed, ``least_bad`` still commits *something* — an imagined veto before a
+repeated real failure (a prediction against a fact), and either before a schema-invalid action
+— and the summary says so.
 """
 
 from __future__ import annotations
@@ -32,18 +37,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from rehearsal.hindsight import REPEAT_CODE
 from rehearsal.trace import Trajectory
 from rehearsal.trust import Policy
 
-Evidence = Literal["invalid", "vetoed", "doubted", "unrehearsed", "clean", "answer"]
-AGAINST: tuple[str, ...] = ("invalid", "vetoed")
+Evidence = Literal[
+    "invalid", "repeated_failure", "vetoed", "doubted", "unrehearsed", "clean", "answer"
+]
+AGAINST: tuple[str, ...] = ("invalid", "repeated_failure", "vetoed")
+DETERMINISTIC: tuple[str, ...] = ("invalid", "repeated_failure")
 _RANK: dict[str, int] = {
     "clean": 0,
     "answer": 0,
     "unrehearsed": 1,
     "doubted": 1,
     "vetoed": 2,
-    "invalid": 3,
+    "repeated_failure": 3,
+    "invalid": 4,
 }
 
 
@@ -52,8 +62,9 @@ def evidence(trajectory: Trajectory, trust: Mapping[str, Policy]) -> Evidence:
     first = trajectory.steps[0]
     if first.turn.is_answer:
         return "answer"
-    if any(o.source == "check" for o in first.observations):
-        return "invalid"
+    checked = [o.code for o in first.observations if o.source == "check"]
+    if checked:
+        return "repeated_failure" if checked == [REPEAT_CODE] else "invalid"
     kind = trajectory.outcome.split(":", 1)[0]
     if kind in ("veto", "error") or (kind == "ok" and trajectory.score < 0.5):
         tools = {call.name for call in first.turn.tool_calls}
@@ -117,6 +128,6 @@ def replacement(
 
 
 def least_bad(trajectories: Sequence[Trajectory], trust: Mapping[str, Policy]) -> Selection:
-    """When every candidate has evidence against it: a schema-valid one before an invalid one."""
+    """When every candidate has evidence against it: the lowest rank (module docstring)."""
     best, found = _ranked(trajectories, trust)[0]
     return Selection(best, f"least bad: every candidate has evidence against it (best: {found})")

@@ -27,6 +27,7 @@ from typing import Any, cast
 from rehearsal.budget import Budget
 from rehearsal.checks import CHECK_CODE, ToolChecker
 from rehearsal.errors import GeneratorError
+from rehearsal.hindsight import REPEAT_CODE, real_failures
 from rehearsal.memory import MemoryEntry
 from rehearsal.messages import (
     NO_USAGE,
@@ -141,6 +142,8 @@ class RehearsalContext:
         self.note: str | None = None  # the last memory note sent to an acting call
         self._grounding: dict[tuple[str, str], list[GroundingObservation]] = {}
         self.checker = ToolChecker(request.tools, reject_undeclared=settings.reject_undeclared)
+        # Calls whose real result in this conversation was an error and still stands (hindsight).
+        self.failed_for_real = real_failures(request.messages)
         self._tools_text: ToolsText | None = None  # written at the first imagined call
 
     def policy(self, tool: str) -> Policy:
@@ -148,18 +151,33 @@ class RehearsalContext:
         return self.request.trust.get(tool, "trusted")
 
     def check_step(self, state: WalkState) -> bool:
-        """Check the current step's calls; a failing call is vetoed by the check (False)."""
+        """Check the current step's calls; a failing call is vetoed by the check (False).
+
+        Two deterministic checks, the schema first: a call the request's schema refuses
+        (``SCHEMA_INVALID``), then, on the first step only, a call that already failed for real
+        in this conversation (``REAL_FAILURE_REPEATED``, ``rehearsal.hindsight``): later steps
+        follow imagined results, after which the real failure no longer stands.
+        """
         turn = state.steps[-1].turn
+        first = len(state.steps) == 1
         for position, call in enumerate(turn.tool_calls):
             verdict = self.checker.check_call(call)
             if verdict.invalid:
-                veto = {"error_tool_call": {"code": CHECK_CODE, "message": verdict.message}}
-                observation = ImaginedObservation(
-                    call, "veto", veto, CHECK_CODE, None, verdict.message, source="check"
+                code, message = CHECK_CODE, verdict.message
+            elif first and call.signature in self.failed_for_real:
+                code = REPEAT_CODE
+                message = (
+                    f"this call already failed for real: {self.failed_for_real[call.signature]}"
                 )
-                state.record(position, observation)
-                state.ended = "veto"
-                return False
+            else:
+                continue
+            veto = {"error_tool_call": {"code": code, "message": message}}
+            observation = ImaginedObservation(
+                call, "veto", veto, code, None, message, source="check"
+            )
+            state.record(position, observation)
+            state.ended = "veto"
+            return False
         return True
 
     @contextmanager

@@ -8,10 +8,11 @@
 - **sequential**: attempt i acts with the memory note of attempts 1..i-1 in context and is walked
   before attempt i+1 starts.
 
-Every candidate is first checked against the request's tool schemas (``rehearsal.checks``): a
-call the check vetoes is never imagined. A tool whose imagination trust switched ``off`` is not
-imagined either. How the commit is chosen depends on ``commit`` (``rehearsal.commit`` has the
-evidence and the rules):
+Every candidate is first checked against the request's tool schemas (``rehearsal.checks``)
+and against the conversation's real failures (``rehearsal.hindsight``: the identical call
+already failed for real): a call either check vetoes is never imagined. A tool whose
+imagination trust switched ``off`` is not imagined either. How the commit is chosen depends on
+``commit`` (``rehearsal.commit`` has the evidence and the rules):
 
 - **anchored** (default): the *anchor* is the plain acting call rehearsal off would make, with the
   client's own sampling. It is checked and rehearsed; unless it is vetoed — by the check, or by
@@ -29,6 +30,14 @@ evidence and the rules):
   conversation's last message. Its action is committed only when it was rehearsed clean — already
   among the walks, or walked now (one more imagine step) — else the best rehearsed candidate is.
 
+**Repair** (knob ``repair``, on by default, budget >= 2): when every candidate failed a
+deterministic check, one acting call (role ``commit``) sees the least bad refused call and the
+check's message as its tool result — the way agent frameworks re-ask on a validation error —
+and its answer is checked, walked one step deep, and committed (path ``repaired``) unless it has
+evidence against it; else the commit rules above run as without repair. It runs under the
+deadline, and its ``1 + c`` engine calls fit ``Budget.max_engine_calls``: the refused candidates
+spent no imagination, which leaves at least ``K * c >= 1 + c`` calls unspent.
+
 Parallel select/reflect keep their early exits (a final-answer majority; unanimous candidates
 with ``early_exit``), sequential select/reflect stop when an attempt is clean and repeats the
 previous one. Everything before the select/reflect commit runs under one ``asyncio.timeout`` of
@@ -44,19 +53,28 @@ sends a tool result back); imagined vetoes are hints of one turn and are never s
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rehearsal.budget import Budget
-from rehearsal.commit import AGAINST, Selection, evidence, least_bad, replacement, select
+from rehearsal.commit import (
+    AGAINST,
+    DETERMINISTIC,
+    Selection,
+    evidence,
+    least_bad,
+    replacement,
+    select,
+)
 from rehearsal.context import PlannerSettings, RehearsalContext, RehearsalRequest, WalkState
 from rehearsal.errors import GeneratorError
 from rehearsal.memory import MemoryEntry, entry_for, note_message, render_note
-from rehearsal.messages import ANSWER, AssistantTurn
+from rehearsal.messages import ANSWER, AssistantTurn, Message
 from rehearsal.ports import Generator, MemoryStore
-from rehearsal.trace import RehearsalResult, Timings, Trajectory
+from rehearsal.trace import RehearsalResult, Step, Timings, Trajectory
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +143,7 @@ class Planner:
                 if ctx.budget.commit == "anchored":
                     return await self._anchored(ctx)
                 mode = self._parallel if ctx.budget.mode == "parallel" else self._sequential
-                early = await mode(ctx)
+                early = await mode(ctx) or await self._repair(ctx)
         except TimeoutError:
             if not scope.expired():
                 raise
@@ -155,6 +173,9 @@ class Planner:
                 await self._alternatives(ctx, anchor)
             else:
                 await self._attempts(ctx, first=1)
+        repaired = await self._repair(ctx)
+        if repaired is not None:
+            return repaired
         decision = self._anchored_choice(ctx)
         if stop and ctx.budget.budget >= 2:
             return replace(decision, early_exit="anchor")
@@ -189,12 +210,48 @@ class Planner:
         better = replacement(trajectories, ctx.request.trust, instead_of=anchor.signature)
         if better is not None:
             return _decided(better, "replaced")
-        if found == "invalid":
+        if found in DETERMINISTIC:
             fallback = least_bad(trajectories, ctx.request.trust)
             if fallback.trajectory.index != 0:
                 return _decided(fallback, "valid_fallback")
         why = f"anchor kept although {found}: no rehearsed-clean alternative"
         return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0)
+
+    # -- repair -----------------------------------------------------------------------------
+
+    async def _repair(self, ctx: RehearsalContext) -> Decision | None:
+        """One re-asking call when every candidate failed a deterministic check (docstring).
+
+        None when repair does not apply, the call fails, or its answer has evidence against it:
+        the usual commit rules then decide among the walks (the repaired one included).
+        """
+        trust = ctx.request.trust
+        trajectories = [w.freeze() for w in ctx.walks]
+        if not (ctx.budget.repair and ctx.budget.budget >= 2 and trajectories):
+            return None
+        if any(evidence(t, trust) not in DETERMINISTIC for t in trajectories):
+            return None
+        refused = least_bad(trajectories, trust).trajectory.steps[0]
+        messages = [*ctx.request.messages, *_refusal(refused)]
+        try:
+            with ctx.phase("commit"):
+                turn = (await ctx.act(messages, n=1, seed=ctx.seed(), role="commit"))[0]
+        except GeneratorError as exc:
+            ctx.fault("engine_error", f"repair: {exc}")
+            return None
+        ctx.candidates.append(turn)
+        walk = ctx.new_walk((len(ctx.candidates) - 1,), turn)
+        if walk.ended is None:
+            with ctx.phase("commit"):
+                await ctx.walk(walk, random.Random(ctx.seed()), depth=1)
+        repaired = walk.freeze()
+        found = evidence(repaired, trust)
+        if found in AGAINST:
+            return None
+        why = (
+            f"repaired: every candidate failed a deterministic check; the re-asked call is {found}"
+        )
+        return Decision(turn, why, "repaired", repaired.samples[0], repaired.index)
 
     # -- select and reflect -----------------------------------------------------------------
 
@@ -401,6 +458,18 @@ def _unrehearsed_by_trust(ctx: RehearsalContext, decision: Decision) -> Decision
         return decision
     why = f"{decision.path}, not imagined: trust switched imagination off; {decision.why}"
     return replace(decision, path="trust_off", why=why)
+
+
+def _refusal(step: Step) -> list[Message]:
+    """The refused turn and, per call, the tool message a re-asking framework would send."""
+    vetoes = {o.call: o for o in step.observations}
+    skipped = json.dumps({"error": "not run: another call of this turn was refused"})
+    messages = [step.turn.to_message()]
+    for call in step.turn.tool_calls:
+        veto = vetoes.get(call)
+        content = veto.as_tool_content() if veto is not None else skipped
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+    return messages
 
 
 def _unseen(prior: list[MemoryEntry], trajectories: list[Trajectory]) -> list[MemoryEntry]:

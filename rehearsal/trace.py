@@ -19,8 +19,9 @@ step was skipped, ``ok`` otherwise. ``score`` is
 (an answer counts as clean), or 0.5 when nothing was rehearsed yet.
 
 An observation's ``source`` is ``imagined`` (the rehearsal role's prediction) or ``check`` (a
-deterministic schema check vetoed the call before any imagination, code ``SCHEMA_INVALID``); the
-two kinds of veto are counted apart everywhere.
+deterministic check vetoed the call before any imagination: the schema, code ``SCHEMA_INVALID``,
+or a repeat of a real failure, code ``REAL_FAILURE_REPEATED``); the two sources of veto are
+counted apart everywhere, and check vetoes once more by code (``checked_veto_codes``).
 
 Every object here converts to plain JSON with ``to_dict``.
 """
@@ -250,6 +251,16 @@ class RehearsalResult:
         """Vetoes a deterministic check decided, with no imagination spent."""
         return self._count_vetoes("check")
 
+    def checked_veto_codes(self) -> dict[str, int]:
+        """``checked_vetoes`` by code (only codes that occurred); the counts sum to it."""
+        counts: dict[str, int] = {}
+        for t in self.trajectories:
+            for s in t.steps:
+                for o in s.observations:
+                    if o.verdict == "veto" and o.source == "check":
+                        counts[str(o.code)] = counts.get(str(o.code), 0) + 1
+        return counts
+
     @property
     def committed_rehearsed(self) -> bool | None:
         """Whether the committed action was imagined in this rehearsal (None for an answer)."""
@@ -272,6 +283,7 @@ class RehearsalResult:
             "distinct_actions": self.distinct_actions,
             "vetoes": self.vetoes,
             "checked_vetoes": self.checked_vetoes,
+            "checked_veto_codes": self.checked_veto_codes(),
             "parse_classes": self.parse_classes(),
             "early_exit": self.early_exit is not None,
             "chosen_index": self.chosen_index,

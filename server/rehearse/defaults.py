@@ -23,6 +23,7 @@ def budget_defaults(settings: GatewaySettings) -> Budget:
         temperature=settings.rehearsal_temperature,
         top_p=settings.rehearsal_top_p,
         early_exit=settings.rehearsal_early_exit,
+        repair=settings.rehearsal_repair,
     )
 
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rehearsal.fidelity import fidelity, parse_observation
+from rehearsal.hindsight import content_text, real_error
 from rehearsal.memory import MemoryEntry
 from rehearsal.messages import canonical_json
 from rehearsal.trust import cell
@@ -90,23 +91,6 @@ def imagined_error(outcome: str | None) -> bool | None:
     if outcome is None or outcome == "unparsed":
         return None
     return outcome.startswith("veto") or outcome == "error"
-
-
-def real_error(real: Any) -> bool:
-    """Whether a real tool result reports a failure (an ``error`` field, or text saying so)."""
-    if isinstance(real, dict):
-        return "error" in real or "error_tool_call" in real
-    if isinstance(real, str):
-        return real.strip().lower().startswith("error")
-    return False
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: keep the text ones
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return "" if content is None else str(content)
 
 
 class Feedback:
@@ -179,7 +163,7 @@ class Feedback:
         self, tenant: str, call_id: str, record: dict[str, Any], content: Any
     ) -> tuple[dict[str, Any], Write]:
         """The feedback summary (metrics recorded now) and the write of what it teaches."""
-        real = parse_observation(_content_text(content))
+        real = parse_observation(content_text(content))
         real_s = max(0.0, time.time() - float(record.get("sent_at") or time.time()))
         imagined, outcome = record.get("imagined"), record.get("imagined_outcome")
         score = fidelity(imagined, real) if outcome is not None else None

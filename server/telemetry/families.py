@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rehearsal.checks import CHECK_CODE
+from rehearsal.hindsight import REPEAT_CODE
 from rehearsal.parsing import PARSE_CLASSES, VETO_CODES
 
 PREFIX = "rehearsal_gateway_"
@@ -47,7 +48,7 @@ OUTCOMES = ("ok", "error")  # imagined or real outcome of one committed call
 TRUST_POLICIES = ("trusted", "learning", "ignore_vetoes", "off")
 COMMIT_PATHS = (
     "anchor", "anchor_vetoed", "replaced", "valid_fallback", "trust_off", "selected",
-    "reflected", "reflect_fallback", "least_bad", "early_exit", "salvaged",
+    "reflected", "reflect_fallback", "least_bad", "repaired", "early_exit", "salvaged",
 )  # fmt: skip
 COMMIT_CHECKS = ("ok", "schema_invalid", "unchecked")
 DEGRADED_REASONS = ("deadline", "engine_error", "store_unavailable")
@@ -245,6 +246,7 @@ class MetricFamilies:
         for code in VETO_CODES:
             self.vetoes.labels(code, "imagined")
         self.vetoes.labels(CHECK_CODE, "check")
+        self.vetoes.labels(REPEAT_CODE, "check")
         for parse in PARSE_CLASSES:
             self.imagination_parse.labels(parse)
         for imagined in OUTCOMES:

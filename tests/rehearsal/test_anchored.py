@@ -157,9 +157,9 @@ async def test_select_under_trust_off_says_trust_off() -> None:
 
 
 async def test_nothing_valid_commits_the_anchor_and_says_so() -> None:
-    """Every candidate schema-invalid: the anchor is committed and commit_check says so."""
+    """Every candidate schema-invalid, repair off: the anchor is committed; commit_check says so."""
     engine = ScriptedGenerator().enqueue(acting(INVALID), acting(INVALID), role="act")
-    result = await run(engine, budget=2)
+    result = await run(engine, budget=2, repair=False)
     assert (result.turn, result.commit_path) == (INVALID, "anchor_vetoed")
     summary = result.summary()
     assert summary["commit_check"] == "schema_invalid"
@@ -306,9 +306,9 @@ async def test_a_continuation_on_a_trust_off_tool_is_skipped() -> None:
 
 
 async def test_unanimous_invalid_candidates_do_not_exit_early() -> None:
-    """Unanimity on a schema-invalid call is no reason to commit it: select reflects instead."""
+    """Unanimity on an invalid call is no reason to commit it: select (repair off) reflects."""
     engine = ScriptedGenerator().enqueue(acting(INVALID, INVALID), role="act")
     engine.enqueue(acting(GET), role="commit")
     engine.enqueue(imagined({"status": "pending"}))
-    result = await run(engine, budget=2, commit="select")
+    result = await run(engine, budget=2, commit="select", repair=False)
     assert (result.turn, result.commit_path, result.early_exit) == (GET, "reflected", None)

@@ -44,6 +44,7 @@ def test_every_body_knob_is_accepted() -> None:
         "top_p": 0.5,
         "early_exit": False,
         "trace": True,
+        "repair": False,
     }
     got = resolve(body)
     assert got.to_dict() == {**body, "temperature": 1.0}
