@@ -18,8 +18,9 @@ imagination trust switched ``off`` is not imagined either. How the commit is cho
   client's own sampling. It is checked and rehearsed; unless it is vetoed — by the check, or by
   imagination of a trusted tool — it is committed. Only then are alternatives sampled (parallel:
   one call with ``n = budget - 1``; sequential: attempts with the memory note), and the first
-  rehearsed-clean one replaces the anchor. With none, the anchor stays (or, when the anchor is
-  schema-invalid, the best schema-valid candidate). Rehearsal therefore changes a decision only
+  rehearsed-clean one replaces the anchor. With none, the anchor stays (or, when the anchor
+  failed a deterministic check, the least bad other candidate: ``commit.least_bad``; when every
+  candidate failed one, a repair is tried first). Rehearsal therefore changes a decision only
   on evidence, and costs two engine calls when the anchor is fine (early exit ``anchor``; with
   ``early_exit`` off the alternatives are sampled and walked anyway, for measurements). An anchor
   kept because it had no evidence against it says ``commit_unconditional``: committed whatever
