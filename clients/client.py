@@ -48,6 +48,7 @@ class Rehearsal:
     top_p: float | None = None
     early_exit: bool | None = None
     trace: bool | None = None
+    repair: bool | None = None
 
     def to_body(self) -> dict[str, Any]:
         return {name: value for name, value in asdict(self).items() if value is not None}
@@ -75,7 +76,9 @@ class RehearsalSummary(BaseModel):
     trajectories: int = 0
     distinct_actions: int = 0
     vetoes: int = 0  # imagined by the simulator
-    checked_vetoes: int = 0  # decided by the gateway's schema check, no imagination spent
+    checked_vetoes: int = 0  # decided by the gateway's deterministic checks, no imagination spent
+    # checked_vetoes by code: SCHEMA_INVALID, REAL_FAILURE_REPEATED (a repeat of a real failure)
+    checked_veto_codes: dict[str, int] = Field(default_factory=dict)
     early_exit: bool = False
     chosen_index: int | None = None
     commit_path: str | None = None  # which decision path committed the turn

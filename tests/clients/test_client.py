@@ -68,7 +68,8 @@ def test_sync_rehearsal_summary_and_trace(stack: Stack) -> None:
         assert (rehearsed.mode, rehearsed.budget, rehearsed.commit) == ("parallel", 4, "select")
         assert rehearsed.trajectories >= 2
         assert rehearsed.vetoes + rehearsed.checked_vetoes >= 1
-        assert rehearsed.commit_path in ("selected", "reflected", "reflect_fallback", "least_bad")
+        paths = ("selected", "reflected", "reflect_fallback", "least_bad", "repaired")
+        assert rehearsed.commit_path in paths
         assert rehearsed.commit_check == "ok"
         assert rehearsed.engine_calls >= 2
         assert rehearsed.trace is not None
