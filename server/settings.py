@@ -123,7 +123,6 @@ class GatewaySettings(BaseSettings):
 
     # Upstream timeouts (seconds); the waits of one call are in the reliability block below.
     connect_timeout: float = Field(default=3.0, gt=0)
-    write_timeout: float = Field(default=30.0, gt=0)
     # An idle connection to an engine is closed after this long: below uvicorn's (so vLLM's)
     # 5 s keep-alive, so the engine never closes a socket the gateway is about to reuse.
     engine_keepalive_s: float = Field(default=4.0, gt=0)
