@@ -3,9 +3,11 @@
 The lifespan creates the one HTTP client to the engines (``engine_http_client``), the
 engine pool with a first round of health checks, the background health-check task and the chat
 service, and hands them to routes as one ``GatewayState``. Every part is built once, lower
-layers first, and handed to the ones above it. Middleware is pure ASGI: request accounting
-(``server/http/accounting.py``) outermost, then API keys; errors reach clients only through the
-handlers of ``server/http/handlers.py``.
+layers first, and handed to the ones above it. Every request, chat completions included, takes
+one stack: pure ASGI middleware (request accounting outermost, then API keys, then fair use),
+then FastAPI's router; errors reach clients only through ``server/http/handlers.py``. The
+lifespan's state also carries the header timeout that the server's protocol reads
+(``server/http/protocol.py``).
 """
 
 from __future__ import annotations
@@ -29,15 +31,15 @@ from server.engines.client import EngineClient, Waits, engine_http_client
 from server.engines.discovery import EngineDiscovery, Resolver, resolve_system
 from server.engines.pool import EnginePool, EnginesReady
 from server.engines.wire import Wire
-from server.http.accounting import CHAT_PATH, RequestAccounting
+from server.http.accounting import RequestAccounting
 from server.http.auth import ApiKeyMiddleware, ApiKeyRing
 from server.http.handlers import add_error_handlers
-from server.http.hot_routes import HotRoutes
 from server.http.limits import FairUseMiddleware
 from server.http.openapi import install as install_openapi
+from server.http.protocol import HEADER_TIMEOUT_KEY
 from server.http.relayed_routes import router as relayed_router
 from server.http.responses_routes import router as responses_router
-from server.http.routes import chat_completions, router
+from server.http.routes import router
 from server.http.state import STATE_KEY, GatewayState
 from server.rehearse.defaults import (
     budget_caps,
@@ -79,11 +81,12 @@ def create_app(
     keyring = ApiKeyRing(key.get_secret_value() for key in settings.api_keys)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, GatewayState]]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         async with open_state(settings, metrics, keyring, resolver, engine_transport) as state:
             if owns_process:
                 settle_heap()
-            yield {STATE_KEY: state}
+            # The header timeout is read by the server's protocol (server/http/protocol.py).
+            yield {STATE_KEY: state, HEADER_TIMEOUT_KEY: settings.header_timeout}
 
     app = FastAPI(
         title="Rehearsal Gateway",
@@ -98,8 +101,6 @@ def create_app(
     app.include_router(responses_router)
     app.include_router(relayed_router)
     add_error_handlers(app)
-    # Innermost: the chat endpoint without FastAPI's routing layers (server/http/hot_routes.py).
-    app.add_middleware(HotRoutes, routes={("POST", CHAT_PATH): chat_completions})
     app.add_middleware(FairUseMiddleware)  # inside ApiKeyMiddleware: the tenant is known
     app.add_middleware(ApiKeyMiddleware, keyring=keyring)
     app.add_middleware(RequestAccounting, metrics=metrics)

@@ -247,10 +247,6 @@ class GatewaySettings(BaseSettings):
     # was ~250 Python opcodes of a ~6,800-opcode pass-through, for telemetry the gateway does
     # not use (its own is Prometheus and the request log).
     fastapi_telemetry: bool = False
-    # ``POST /v1/chat/completions`` served straight from uvicorn's request cycle, every layer of
-    # the ASGI path called in turn (server/http/lane.py): a fifth of a pass-through's Python
-    # work. Off: the route goes through the ASGI middleware stack like every other route.
-    chat_lane: bool = True
 
     # ---- Reliability under faults (issue 14, part A): bounded waits, health, drain, edges.
     # A stream's first chunk (the engine's queue + prefill), from the request being sent.

@@ -15,7 +15,8 @@ import time
 import httpx
 import pytest
 
-from server.http.header_timeout import CLIENT_GONE_KEY, ClientGone, HeadHeld
+from server.http.client_gone import CLIENT_GONE_KEY, ClientGone
+from server.http.head_held import HeadHeld
 from server.http.relay import ClientDisconnected, until_disconnect
 from tests.server.conftest import metric_value
 
