@@ -24,6 +24,7 @@ import httpx
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from server.chat.precheck import build_precheck
 from server.chat.responses import ResponsesService
 from server.chat.service import ChatService
 from server.engines.calls import EngineCalls
@@ -188,7 +189,9 @@ async def open_state(
         fair_use=fair_use if fair_use.enabled else None,
     )
     feedback = Feedback(store, metrics, writer)
-    chat = ChatService(pool, calls, rehearsal=rehearsal, feedback=feedback)
+    chat = ChatService(
+        pool, calls, rehearsal=rehearsal, feedback=feedback, precheck=build_precheck()
+    )
     responses = ResponsesService(chat, rehearsal, feedback)
     draining = Draining()
     state = GatewayState(
