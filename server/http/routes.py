@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
 from fastapi import APIRouter
+from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Scope
@@ -36,14 +38,6 @@ router = APIRouter()
 JSON = "application/json"
 
 
-@router.post(
-    "/v1/chat/completions",
-    openapi_extra=request_body(ChatCompletionRequest),
-    responses={
-        **json_answer(ChatCompletion, "The completion, or its chunks as SSE", streams=True),
-        **errors(*ENGINE_ERRORS),
-    },
-)
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions (non-stream and SSE)."""
     scope = request.scope
@@ -70,6 +64,32 @@ async def chat_completions(request: Request) -> Response:
     if answer.rehearsal is not None:
         notes[REHEARSAL_STATE_KEY] = answer.rehearsal
     return json_response(answer)
+
+
+class DirectRoute(APIRoute):
+    """A declared route whose endpoint takes the ``Request`` and returns the ``Response`` itself.
+
+    FastAPI's documented hook for a custom route class (``APIRoute.get_route_handler``): the
+    endpoint is the handler, so no dependencies are solved and no response model is rendered
+    for it (an endpoint that reads its own body has neither). The route is matched, documented
+    and wrapped in the app's exception handling as any other.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        return self.endpoint
+
+
+router.add_api_route(
+    "/v1/chat/completions",
+    chat_completions,
+    methods=["POST"],
+    route_class_override=DirectRoute,
+    openapi_extra=request_body(ChatCompletionRequest),
+    responses={
+        **json_answer(ChatCompletion, "The completion, or its chunks as SSE", streams=True),
+        **errors(*ENGINE_ERRORS),
+    },
+)
 
 
 # The headers the chat route reads: ``X-Session-Id`` and the knobs (``rehearsal/budget.py``).
