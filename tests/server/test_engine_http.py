@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -232,10 +231,9 @@ async def test_stream_chunks_arrive_as_sent() -> None:
 
     client = client_for()
     async with raw_engine(handler) as port:
-        started = time.monotonic()
+        # The rest is held back until ``go_on``: returning at all proves no wait for it.
         stream = await client.open_stream(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
         assert stream.first == b"data: {}\n\n"
-        assert time.monotonic() - started < 2
         go_on.set()
         assert b"".join([part async for part in stream.rest()]) == b"data: [DONE]\n\n"
         await stream.aclose()
