@@ -25,6 +25,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from server.app import create_app
+from server.engines.transport import EngineTransport
 from server.launcher import serve
 from server.telemetry.logs import REQUEST_LOGGER, JsonFormatter
 from tests.support.procs import free_port
@@ -82,11 +83,13 @@ def start_gateway(
     env: Mapping[str, str] | None = None,
     uvicorn_options: Mapping[str, Any] | None = None,
     prepare_app: Callable[[FastAPI], None] | None = None,
+    engine_transport: EngineTransport | None = None,
 ) -> InProcessGateway:
     """Serve ``rehearsal-gateway serve ARGS`` (no ``--port``: a free one is picked) in a thread.
 
     ``uvicorn_options`` override what ``serve`` gives uvicorn (say, its stock ``http`` protocol);
-    ``prepare_app`` is called with the app before it starts (say, to add a middleware).
+    ``prepare_app`` is called with the app before it starts (say, to add a middleware);
+    ``engine_transport`` replaces the network to the engines (``server/engines/testing.py``).
     """
     parser = argparse.ArgumentParser(prog="rehearsal-gateway")
     serve.register(parser.add_subparsers(dest="command", required=True))
@@ -94,7 +97,7 @@ def start_gateway(
     parsed = parser.parse_args(["serve", "--port", str(port), *args])
     with _environment(env or {}):
         settings = serve.settings_from_args(parsed)
-        app = create_app(settings)
+        app = create_app(settings, engine_transport=engine_transport)
     if prepare_app is not None:
         prepare_app(app)
     log_path.parent.mkdir(parents=True, exist_ok=True)
