@@ -17,6 +17,7 @@ from server.engines.testing import (
     ScriptedTransport,
     about,
     completion,
+    failure,
     imagined,
     streamed,
     tool_call,
@@ -112,4 +113,17 @@ def test_a_rehearsed_chat_acts_imagines_and_commits_one_call(
     assert answer.choices[0].finish_reason == "tool_calls"
     assert len(engine.bodies("act")) == 1
     assert len(engine.bodies("rehearse")) == 1
+    assert engine.pending == 0
+
+
+def test_a_scripted_engine_failure_reaches_the_client_as_an_openai_error(
+    gateway: InProcessGateway, engine: ScriptedTransport
+) -> None:
+    """An engine's error answer, scripted behind the seam, comes back in the OpenAI envelope."""
+    engine.enqueue(failure(400, "This model's maximum context length is 8 tokens"))
+    with pytest.raises(openai.BadRequestError) as raised:
+        sdk(gateway).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert "maximum context length" in raised.value.message
     assert engine.pending == 0
