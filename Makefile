@@ -34,8 +34,8 @@ constraints:
 ## The whole suite: lint, then twin, core, gateway, clients, docs and the real-vLLM suites, then
 ## the gateway at the declared minimums. At the minimums CI runs only the files that start the
 ## gateway over real HTTP (chat, streams, rehearsal, Redis; scripts/test_minimums.sh lists them):
-## about 2 minutes with its venv cached (91 tests, measured 114 s at a load of 9 on 2 cores),
-## where the whole suite again would double the 25.
+## 91 tests, measured on 2 busy cores (load 9-17): 2 minutes with its venv cached, 4.5 when it
+## builds the venv first; the whole suite again would double the 25.
 test: install vllm-env lint
 	bash scripts/test.sh
 	bash scripts/test_minimums.sh
