@@ -135,11 +135,11 @@ class StreamRelay(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             with contextlib.suppress(ClientDisconnected):
-                await until_disconnect(scope, receive, self._pump(send))
+                await until_disconnect(scope, receive, self.pump(send))
         finally:
             await self.answer.close()
 
-    async def _pump(self, send: Send) -> None:
+    async def pump(self, send: Send) -> None:
         headers = SSE_HEADERS + [
             (name.encode("latin-1"), value.encode("latin-1"))
             for name, value in self.answer.headers.items()

@@ -126,6 +126,9 @@ def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
         # disconnect signals (server/http/protocol.py). Worker processes receive it pickled, by
         # name; the timeout itself comes from each worker's app (its lifespan state).
         "http": GatewayProtocol,
+        # The gateway serves no WebSocket route; uvicorn then loads no WebSocket library (one
+        # whose deprecated module older uvicorn imports, warning at every start).
+        "ws": "none",
         # Nothing in the gateway reads the client's address or scheme, so X-Forwarded-* need not
         # be applied to every request (uvicorn's middleware for it: ~90 Python opcodes each);
         # nor is ``server: uvicorn`` worth a header on every answer.
