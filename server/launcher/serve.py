@@ -134,9 +134,6 @@ def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
         # nor is ``server: uvicorn`` worth a header on every answer.
         "proxy_headers": False,
         "server_header": False,
-        # The gateway serves no WebSocket route: without a ws protocol uvicorn neither imports
-        # nor offers one (uvicorn before 0.31 would import websockets' deprecated legacy module).
-        "ws": "none",
     }
 
 
