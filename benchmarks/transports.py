@@ -8,7 +8,7 @@ client's or the gateway's own):
 - ``httpx``: httpx's default transport (httpcore).
 
 The hand-written transport these were measured against is gone; its figures, from the same
-benchmark, are in docs/benchmarks.md.
+benchmark, are in docs/decisions/0001-engine-client-transport.md.
 
 ``clients`` measures the client stack alone, in this process (no gateway): the same chat
 request ``--requests`` times, ``--concurrency`` at a time, with each transport and with a bare
