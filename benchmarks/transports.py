@@ -8,6 +8,8 @@ client's or the gateway's own):
 - ``httpx``: ``HttpxTransport`` (below), httpx's client on its own transport (httpcore).
 
 Each through the engine-transport seam (``server/engines/transport.py``), as the gateway calls it.
+The hand-written transport these were measured against is gone; its figures, from the same
+benchmark, are in docs/decisions/0001-engine-client-transport.md and 0102-engine-transport.md.
 
 ``clients`` measures the client stack alone, in this process (no gateway): the same chat
 request ``--requests`` times, ``--concurrency`` at a time, with each transport and with a bare

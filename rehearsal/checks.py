@@ -19,14 +19,14 @@ cache keyed by the schema's canonical JSON. A schema the library cannot read (th
 request validation lets odd but object-shaped schemas through) is *unchecked*, never a veto: the
 check decides only what it can decide.
 
-Most calls are valid, and ``jsonschema`` is pure Python: ~48 µs to find no error in a retail
-tool's arguments, ~1,800 of a K=4 rehearsal's ~31,600 Python opcodes (``python -m
-benchmarks.opcodes --profile rehearsal``). So a call is first put to ``jsonschema-rs`` (a Rust
-validator of the same dialect, PyPI), which says "valid" in ~0.5 µs; only a call it refuses goes
-to ``jsonschema``, whose error, the shallowest first, is the verdict's message. Where the two
-libraries differ, ``jsonschema`` decides: a call the Rust one refuses and ``jsonschema`` accepts
-(NaN as a ``number``) is ok, and a schema with a ``pattern`` (ECMA-262 regular expressions in
-Rust, Python's ``re`` in ``jsonschema``) or one the Rust library cannot build gets no fast path.
+Most calls are valid, and ``jsonschema`` is pure Python, about a hundred times slower to find no
+error than ``jsonschema-rs`` (a Rust validator of the same dialect, PyPI; the figures are in
+docs/decisions/0010-rehearsal-cpu.md). So a call is first put to the Rust validator; only a call
+it refuses goes to ``jsonschema``, whose error, the shallowest first, is the verdict's message.
+Where the two libraries differ, ``jsonschema`` decides: a call the Rust one refuses and
+``jsonschema`` accepts (NaN as a ``number``) is ok, and a schema with a ``pattern`` (ECMA-262
+regular expressions in Rust, Python's ``re`` in ``jsonschema``) or one the Rust library cannot
+build gets no fast path.
 """
 
 from __future__ import annotations

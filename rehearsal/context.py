@@ -299,12 +299,17 @@ class RehearsalContext:
         )
         started = self.clock()
         response = await self.call(request)
-        text = response.choices[0].content
-        parsed = parse_execution_result(text)
+        choice = response.choices[0]
+        parsed = parse_execution_result(
+            choice.content,
+            truncated=choice.finish_reason == "length",
+            call_name=call.name,
+            call_arguments=call.parsed_arguments,
+        )
         elapsed = (self.clock() - started) * 1000.0
         return ImaginedObservation(
-            call, parsed.verdict, parsed.result, parsed.code, text, parsed.detail,
-            len(examples), elapsed,
+            call, parsed.verdict, parsed.result, parsed.code, choice.content, parsed.detail,
+            len(examples), elapsed, parse=parsed.parse,
         )  # fmt: skip
 
     async def _imagine_step(
@@ -357,6 +362,9 @@ class RehearsalContext:
             step = state.steps[-1]
             if step.worst is not None:
                 state.ended = cast(Ending, step.worst.verdict)  # never "ok": worst excludes it
+                return
+            if step.unread:  # nothing to continue from: an unread result is no observation
+                state.ended = "unparsed"
                 return
             history.append(step.turn.to_message())
             history += [_tool_message(o) for o in step.observations]

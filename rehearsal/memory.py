@@ -36,7 +36,7 @@ HEADER = (
 )
 FOOTER = (
     "Commit one action now. Prefer actions rehearsed as ok; "
-    "do not repeat actions marked veto, unparsed or error.\n"
+    "do not repeat actions marked veto or error; unparsed means nothing was learned.\n"
     "</rehearsal_memory>"
 )
 ELLIPSIS = "…"
@@ -65,9 +65,9 @@ class MemoryEntry:
 
     @property
     def avoided(self) -> bool:
-        """The twin's (and our commit's) reading: veto, error, unparsed or a low score."""
+        """The twin's (and our commit's) reading: veto, error or a low score; never unparsed."""
         kind = self.outcome.split(":", 1)[0]
-        return kind in ("veto", "error", "unparsed") or self.score < 0.5
+        return kind in ("veto", "error") or self.score < 0.5
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -160,8 +160,8 @@ def usage_counts(body: object) -> tuple[int, int, int, int]:
     )
 
 
-#: No tokens: one shared value where a sum starts or a call cost nothing (a frozen dataclass's
-#: ``__init__`` is ~30 Python opcodes, and a K=4 rehearsal made a dozen of these).
+#: No tokens: one shared value where a sum starts or a call cost nothing, so that a rehearsal
+#: does not build a frozen dataclass for each.
 NO_USAGE = Usage()
 
 

@@ -78,9 +78,12 @@ def veto(code: str, message: str = "rejected") -> GenerationResponse:
     return imagined({"error_tool_call": {"code": code, "message": message}})
 
 
-def raw_answer(text: str, *, usage: Usage | None = None) -> GenerationResponse:
-    """A rehearsal-role response with exactly ``text`` as its content."""
-    return GenerationResponse((AssistantTurn(text),), usage or Usage(20, 8, 0))
+def raw_answer(
+    text: str, *, usage: Usage | None = None, finish_reason: str | None = None
+) -> GenerationResponse:
+    """A rehearsal-role response with exactly ``text`` as its content (``length``: cut short)."""
+    turn = AssistantTurn(text, None, (), finish_reason)
+    return GenerationResponse((turn,), usage or Usage(20, 8, 0))
 
 
 def about(tool: str) -> Matcher:

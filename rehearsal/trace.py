@@ -33,13 +33,13 @@ from typing import Any, Literal
 
 from rehearsal.budget import Budget
 from rehearsal.messages import JSON, NO_USAGE, AssistantTurn, ToolCall, Usage
-from rehearsal.parsing import Verdict
+from rehearsal.parsing import PARSE_CLASSES, ParseClass, Verdict
 
 Ending = Literal[
     "answer", "veto", "error", "unparsed", "depth", "deadline", "engine_error", "skipped"
 ]
 Source = Literal["imagined", "check"]
-_SEVERITY: dict[str, int] = {"veto": 0, "unparsed": 1, "error": 2}
+_SEVERITY: dict[str, int] = {"veto": 0, "error": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,7 @@ class ImaginedObservation:
     examples: int = 0  # how many grounding observations the prompt carried
     elapsed_ms: float = 0.0
     source: Source = "imagined"
+    parse: ParseClass = "ok"  # how the answer met the format (rehearsal.parsing)
 
     @property
     def outcome(self) -> str:
@@ -69,6 +70,7 @@ class ImaginedObservation:
             "call": self.call.to_dict(),
             "outcome": self.outcome,
             "source": self.source,
+            "parse": self.parse,
             "result": self.result,
             "raw": self.raw,
             "detail": self.detail,
@@ -86,13 +88,18 @@ class Step:
 
     @property
     def worst(self) -> ImaginedObservation | None:
-        """The most severe observation that is not ``ok`` (veto, then unparsed, then error)."""
-        bad = [o for o in self.observations if o.verdict != "ok"]
+        """The most severe predicted failure (a veto, then a tool error); unparsed is none."""
+        bad = [o for o in self.observations if o.verdict in _SEVERITY]
         return min(bad, key=lambda o: _SEVERITY[o.verdict]) if bad else None
 
     @property
+    def unread(self) -> bool:
+        """Whether an observation of this step missed the format, so the step proves nothing."""
+        return any(o.verdict == "unparsed" for o in self.observations)
+
+    @property
     def rehearsed(self) -> bool:
-        return self.turn.is_answer or bool(self.observations)
+        return self.turn.is_answer or (bool(self.observations) and not self.unread)
 
     @property
     def clean(self) -> bool:
@@ -130,6 +137,8 @@ class Trajectory:
         worst = first.worst
         if worst is not None:
             return worst.outcome
+        if first.unread:
+            return "unparsed"
         if self.ended in ("deadline", "engine_error"):
             return "open"
         if self.ended == "skipped" and not first.observations:
@@ -221,6 +230,16 @@ class RehearsalResult:
             for o in s.observations
         )
 
+    def parse_classes(self) -> dict[str, int]:
+        """How many imagined answers fell in each parse class (only classes that occurred)."""
+        counts = dict.fromkeys(PARSE_CLASSES, 0)
+        for t in self.trajectories:
+            for s in t.steps:
+                for o in s.observations:
+                    if o.source == "imagined":
+                        counts[o.parse] += 1
+        return {name: n for name, n in counts.items() if n}
+
     @property
     def vetoes(self) -> int:
         """Vetoes the rehearsal role imagined."""
@@ -253,6 +272,7 @@ class RehearsalResult:
             "distinct_actions": self.distinct_actions,
             "vetoes": self.vetoes,
             "checked_vetoes": self.checked_vetoes,
+            "parse_classes": self.parse_classes(),
             "early_exit": self.early_exit is not None,
             "chosen_index": self.chosen_index,
             "commit_path": self.commit_path,

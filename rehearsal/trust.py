@@ -33,11 +33,10 @@ Acting on a veto swaps a call imagination said fails for one it said works. That
 vetoed call fails clearly more often than a call imagined clean, so what decides is precision
 against the miss rate — not precision alone, whose meaning depends on how often the agent's
 calls fail at all: the **veto lift** (their difference) must reach ``lift_threshold`` and
-precision must be ``risk_ratio`` times the miss rate. Measured on the decisions benchmark
-(pooled per tenant): at fidelity 0.8 precision 0.27–0.64 against miss rates of 0.02–0.09
-(ratios 4.6–14); at fidelity 0 at most 0.53 against 0.31 (ratio 1.7) — a difference of 0.22
-there, as large as some at fidelity 0.8, which is why the ratio is needed as well. A fixed
-precision floor of 0.6 (before) ignored good vetoes on 45% of commits at fidelity 0.8.
+precision must be ``risk_ratio`` times the miss rate. A difference alone does not separate
+faithful imagination from useless imagination (a useless one can show a lift as large as a
+faithful one's), and a fixed precision floor ignores good vetoes where calls rarely fail; the
+ratio separates them on the decisions benchmark (docs/decisions/0014-anchored-commit-and-trust.md).
 
 ``policy_for`` turns the counts into what the planner does with that tool's imagination:
 

@@ -128,11 +128,9 @@ def settle_heap() -> None:
     few requests and a full one every few thousand, and a full one walks every object the
     process holds (~100,000 after start-up: FastAPI, pydantic, Prometheus). ``gc.freeze()``
     moves those to a generation no collection scans, and higher thresholds run the collector on
-    fewer, larger batches of young objects. Measured with ``gc.callbacks`` around 8,000 agent
-    pass-throughs (``benchmarks/bodies.py``, 4 clients): collector time 28 us per request at
-    the defaults, 12 us frozen, 5 us frozen with these thresholds; a full collection at the
-    defaults paused the process for ~43 ms. Objects that become cyclic garbage after the
-    freeze are still collected; only what was alive at start-up is never scanned again.
+    fewer, larger batches of young objects (docs/decisions/0009-garbage-collector-thresholds.md
+    has the figures). Objects that become cyclic garbage after the freeze are still collected;
+    only what was alive at start-up is never scanned again.
     """
     gc.set_threshold(*GC_THRESHOLDS)
     gc.freeze()

@@ -67,9 +67,9 @@ def tool_parameters_problem(value: dict[str, Any] | None) -> str | None:
 def tool_schema_problem(tools: list[Any] | None) -> tuple[str, str] | None:
     """(param, message) for the first function tool whose parameters are no object schema.
 
-    One loop per request, run after the models have checked the tools' shape: as a pydantic
-    field validator the same check cost ~3 µs per tool (40 µs on a 12-tool agent body, more
-    than validating every message), against ~0.7 µs here.
+    One loop per request, run after the models have checked the tools' shape, rather than a
+    pydantic field validator per tool, which cost several times more
+    (docs/decisions/0003-request-head-validation.md).
     """
     for index, tool in enumerate(tools or ()):
         function = tool.get("function") if isinstance(tool, dict) else None
@@ -155,9 +155,8 @@ class StreamOptions(_Wire):
 
 
 # The head's nested parts are TypedDicts, not models: validated the same way (strict, extras
-# kept), but pydantic builds plain dicts rather than model instances and their extras' dicts.
-# Measured on the agent body of ``benchmarks/bodies.py`` (12 messages, 12 tools; best of 7
-# ``timeit`` runs): the messages 8.6 µs as models, 4.9 µs as these; the tools 12.9 against 7.2.
+# kept), but pydantic builds plain dicts rather than model instances and their extras' dicts,
+# which takes about half the time (docs/decisions/0003-request-head-validation.md).
 
 
 class _HeadPart(TypedDict):
@@ -206,9 +205,8 @@ class ParametersHead(_HeadPart):
     """A function tool's parameters as the head checks them: a JSON Schema for an object.
 
     The rule of ``tool_parameters_problem``, checked in pydantic's core rather than by a Python
-    loop over the tools (669 of the ~10,700 Python opcodes a pass-through of the 12-tool agent
-    body ran, counted with ``benchmarks/opcodes.py``); when it fails, the 400 still carries
-    ``tool_parameters_problem``'s message (``server/chat/service.py`` ``validate_request``).
+    loop over the tools; when it fails, the 400 still carries ``tool_parameters_problem``'s
+    message (``server/chat/service.py`` ``validate_request``).
     """
 
     type: NotRequired[Literal["object"]]
@@ -235,13 +233,10 @@ class ChatRequestHead(_Wire):
     type and its parameters' schema (``ParametersHead``; for the whole request,
     ``tool_schema_problem`` runs after the model). An assistant's ``tool_calls`` and a tool's
     name and description are the engine's to check: it answers a 400 of its own, relayed in the
-    same envelope. Measured on the agent body of ``benchmarks/bodies.py`` (12 messages, 12
-    tools; best of 10): the whole request validated in 122 µs before (65 µs once the schema
-    check left the field validators), this head in 53 µs, the JSON parse alone in 17 µs. With
-    its nested parts as TypedDicts (above) the head took 14 µs against 23 µs as models (best of
-    three runs over 64 agent bodies, the two trees side by side). ``ChatCompletionRequest``
-    below checks everything, for the calls the gateway rehearses (it composes engine requests
-    of its own from their fields).
+    same envelope. Checking the head only costs a fraction of validating the whole request
+    (docs/decisions/0003-request-head-validation.md). ``ChatCompletionRequest`` below checks
+    everything, for the calls the gateway rehearses (it composes engine requests of its own
+    from their fields).
     """
 
     messages: Annotated[list[MessageHead], Field(min_length=1)]

@@ -166,8 +166,8 @@ class GatewaySettings(BaseSettings):
     redis_url: SecretStr | None = None
     redis_prefix: str = Field(default="rgw:", min_length=1)
     # Per Redis operation (and the wait for a free connection). Measured as wall time on the event
-    # loop, so it includes the loop's own lag: 0.25 s marked 1.8-3.2 % of answers degraded on a
-    # busy host with a healthy Redis (issue 14); 1 s bounds a hung Redis all the same.
+    # loop, so it includes the loop's own lag: a busy host must not read as a hung Redis, and
+    # 1 s still bounds a hung one (docs/decisions/0016-store-writes-beside-the-answer.md).
     redis_timeout: float = Field(default=1.0, gt=0, le=10)
     trace_ttl_s: int = Field(default=24 * 3600, ge=1)
     pending_ttl_s: int = Field(default=3600, ge=1)
@@ -192,6 +192,9 @@ class GatewaySettings(BaseSettings):
     max_deadline_ms: int = Field(default=120_000, ge=1)
     # The rehearsal role's system instruction (DESIGN §2); a file replaces ours, e.g. upstream's.
     simulator_prompt_file: str | None = None
+    # Tokens one imagined tool result may take: on a slow engine an imagination that runs on is
+    # the rehearsal's whole cost (a 0.5B model on CPU decodes ~3 tokens/s), so it is bounded here.
+    rehearse_max_tokens: int = Field(default=2048, ge=1)
     memory_note_tokens: int = Field(default=600, ge=64)
     grounding_examples: int = Field(default=3, ge=0, le=16)
     # Deterministic checks (rehearsal/checks.py): an argument a tool's schema does not declare is
@@ -215,8 +218,8 @@ class GatewaySettings(BaseSettings):
         dict[str, Literal["trusted", "learning", "ignore_vetoes", "off"]], NoDecode
     ] = Field(default_factory=dict)
 
-    # ---- Store writes beside the answer, and the in-process store's bounds (issue 14;
-    # server/store/writer.py, server/store/inprocess.py).
+    # ---- Store writes beside the answer, and the in-process store's bounds
+    # (server/store/writer.py, server/store/inprocess.py).
     # Writes held at most (beyond: dropped and counted), and how many talk to Redis at once.
     store_writes_max_pending: int = Field(default=10_000, ge=1)
     store_writes_concurrency: int = Field(default=32, ge=1)
@@ -244,12 +247,11 @@ class GatewaySettings(BaseSettings):
     # Prometheus multiprocess directory, required when workers > 1.
     metrics_dir: str | None = None
     # FastAPI's own OpenTelemetry (spans, metrics, logs through a globally configured provider,
-    # e.g. under ``opentelemetry-instrument``). Off: checking for a provider on every request
-    # was ~250 Python opcodes of a ~6,800-opcode pass-through, for telemetry the gateway does
-    # not use (its own is Prometheus and the request log).
+    # e.g. under ``opentelemetry-instrument``). Off: it checks for a provider on every request,
+    # for telemetry the gateway does not use (its own is Prometheus and the request log).
     fastapi_telemetry: bool = False
 
-    # ---- Reliability under faults (issue 14, part A): bounded waits, health, drain, edges.
+    # ---- Reliability under faults: bounded waits, health, drain, edges.
     # A stream's first chunk (the engine's queue + prefill), from the request being sent.
     first_byte_timeout: float = Field(default=60.0, gt=0)
     # The longest silence between two chunks of a stream once its first chunk arrived.

@@ -1,8 +1,8 @@
 """Read the rehearsal-memory note (docs/formats.md) that a gateway appends to an acting request.
 
 The twin's policy uses the note the way EnvACE is meant to: actions the note marks as vetoed,
-failed, unparsed or low-scoring are avoided; the note itself is not part of the conversation the
-policy reasons about.
+failed or low-scoring are avoided (an unparsed one proved nothing); the note itself is not part
+of the conversation the policy reasons about.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class MemoryNote:
 
 
 def _avoided(outcome: str, score: float) -> bool:
-    return outcome.startswith("veto") or outcome in ("error", "unparsed") or score < 0.5
+    return outcome.startswith("veto") or outcome == "error" or score < 0.5
 
 
 def parse_note(text: str) -> MemoryNote:

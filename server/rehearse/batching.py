@@ -6,7 +6,7 @@ their messages and seed. vLLM serves ``POST /v1/chat/completions/batch`` (0.32: 
 list of conversations, one choice per conversation in order, the sampling fields shared, no
 tools, no stream, ``n`` = 1), so K imaginations can be one HTTP exchange instead of K. What that
 saves is per call, not per token: the gateway's request and response handling and socket work,
-and vLLM's own API-server work per request (docs/benchmarks.md has the figures).
+and vLLM's own API-server work per request (docs/decisions/0012-imagination-batching.md).
 
 ``Batcher`` is one rehearsal's: the first call to join waits one turn of the loop (every task
 that was ready by then has run and joined), then sends what joined. Only calls that agree on

@@ -29,7 +29,7 @@ _PAIRS = [_BASE62[i % 62] + _BASE62[i // 62] for i in range(62 * 62)]
 
 def mint_tool_call_id() -> str:
     # One draw from the OS, not 24 (``secrets.choice`` per character reads urandom each time),
-    # written out two digits per step (24 steps of one were ~240 Python opcodes).
+    # written out two base62 digits per step, half the steps of one digit at a time.
     number = secrets.randbelow(62**24)
     pairs = []
     for _ in range(12):

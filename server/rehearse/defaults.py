@@ -28,6 +28,7 @@ def planner_settings(settings: GatewaySettings) -> PlannerSettings:
     return PlannerSettings(
         system_instruction=instruction,
         memory_tokens=settings.memory_note_tokens,
+        rehearse_max_tokens=settings.rehearse_max_tokens,
         grounding_limit=settings.grounding_examples,
         reject_undeclared=settings.reject_undeclared_arguments,
         probe_rate=settings.trust_probe_rate,

@@ -269,7 +269,7 @@ class RehearsalRun:
 
 def _off_unless_asked(defaults: Budget, caps: BudgetCaps) -> bool:
     """Whether a request that names no knob passes through (the shipped defaults): such a
-    request then needs no budget resolved (~70 Python opcodes of a pass-through). Defaults
+    request then needs no budget resolved on the pass-through path. Defaults
     over their caps are left to each request's resolution, which answers them with a 400."""
     try:
         return not resolve_budget(None, None, defaults=defaults, caps=caps).active

@@ -3,10 +3,10 @@
 The embedded default when no Redis URL is configured (``server/store/opening.py``): the same
 behaviour as ``RedisStore``, TTLs honoured, for one process only. It holds at most ``max_keys``
 keys and about ``max_bytes`` bytes; past either, the oldest writes go first. Without the byte
-bound it grew to 1.4 GB in a soak before plateauing (issue 14): 100,000 keys of multi-kilobyte
-traces. A value's size is estimated as it is stored (``stored_size``: the serialized bytes plus
-CPython's per-object overhead), and ``tests/server/test_store.py`` measures with ``tracemalloc``
-that the estimate holds the real allocation within the bound.
+bound, 100,000 keys of multi-kilobyte traces are more than a gigabyte. A value's size is
+estimated as it is stored (``stored_size``: the serialized bytes plus CPython's per-object
+overhead), and ``tests/server/test_store.py`` measures with ``tracemalloc`` that the estimate
+holds the real allocation within the bound.
 """
 
 from __future__ import annotations

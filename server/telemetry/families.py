@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rehearsal.checks import CHECK_CODE
-from rehearsal.parsing import VETO_CODES
+from rehearsal.parsing import PARSE_CLASSES, VETO_CODES
 
 PREFIX = "rehearsal_gateway_"
 
@@ -39,7 +39,7 @@ STORE_OPS = (  # the operations of server/store/backends.py
     "recent_memory", "save_grounding", "grounding", "record_trust", "trust_table",
     "save_settled", "limits",
 )  # fmt: skip
-# ---- background store writes and fair-use limits (issue 14; server/store/writer.py, limits.py)
+# ---- background store writes and fair-use limits (server/store/writer.py, limits.py)
 STORE_WRITE_OPS = ("settle", "feedback", "charge")
 STORE_WRITE_OUTCOMES = ("written", "failed", "dropped", "cut")
 LIMIT_KINDS = ("rate", "concurrency", "engine_calls", "budget_depth")
@@ -179,6 +179,11 @@ class MetricFamilies:
             "Vetoes by code and source (imagined by the simulator, or a deterministic check).",
             ("code", "source"), registry=reg,
         )  # fmt: skip
+        self.imagination_parse = Counter(
+            PREFIX + "imagination_parse",
+            "Imagined answers by how they met the rehearsal format (ok, or the way they missed).",
+            ("parse",), registry=reg,
+        )  # fmt: skip
         self.outcome_predictions = Counter(
             PREFIX + "outcome_predictions",
             "Committed calls with a real result: imagined outcome x real outcome (ok | error).",
@@ -208,7 +213,7 @@ class MetricFamilies:
         )
 
     def _fair_use_families(self, reg: CollectorRegistry) -> None:
-        """Background store writes and fair-use limits (issue 14; docs/limits.md)."""
+        """Background store writes and fair-use limits (docs/limits.md)."""
         self.store_writes = Counter(
             PREFIX + "store_writes",
             "Background store writes by kind and outcome (written, failed, dropped, cut).",
@@ -240,6 +245,8 @@ class MetricFamilies:
         for code in VETO_CODES:
             self.vetoes.labels(code, "imagined")
         self.vetoes.labels(CHECK_CODE, "check")
+        for parse in PARSE_CLASSES:
+            self.imagination_parse.labels(parse)
         for imagined in OUTCOMES:
             for real in OUTCOMES:
                 self.outcome_predictions.labels(imagined, real)

@@ -41,7 +41,7 @@ _Family = Counter | Histogram
 
 
 class _InFlight:
-    """The in-flight gauge up for a ``with`` block (a class: ~3x cheaper than a generator's).
+    """The in-flight gauge up for a ``with`` block (a slotted class: cheaper than a generator).
 
     It holds no state of its own, so one serves every request."""
 
@@ -206,6 +206,8 @@ class GatewayMetrics(MetricFamilies):
         for trajectory in result.trajectories:
             for step in trajectory.steps:
                 for observation in step.observations:
+                    if observation.source == "imagined":
+                        self._child(self.imagination_parse, observation.parse).inc()
                     if observation.verdict == "veto":
                         code = observation.code or "UNKNOWN"
                         self._child(self.vetoes, code, observation.source).inc()

@@ -3,8 +3,8 @@
 ``GatewayMetrics`` (``server/telemetry/metrics.py``) hands these out in place of
 prometheus_client's labelled children when the gateway runs as one process; with several
 workers every update is written through to the shared files instead, so a scrape sees all of
-them. Measured on a pass-through: prometheus_client's nine locked updates were ~790 of ~6,800
-Python opcodes (``python -m benchmarks.opcodes``), the tallies ~110.
+them. A tally spares the request path prometheus_client's lock and argument checks
+(docs/decisions/0002-lean-wire-and-tallied-metrics.md).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from typing import Any
 class CounterTally:
     """A counter series whose increments wait in a plain number until the registry is read.
 
-    prometheus_client takes a lock and checks its arguments on every ``inc``; a pass-through's
-    nine updates were ~790 of its ~6,800 Python opcodes (``python -m benchmarks.opcodes``).
-    A tally is two opcodes' work per update, and every read of the registry (``/metrics``,
+    prometheus_client takes a lock and checks its arguments on every ``inc``, several times per
+    request. A tally is two opcodes' work per update, and every read of the registry (``/metrics``,
     ``get_sample_value``) flushes first (``FlushTallies``), so no reader sees a stale value.
     """
 
@@ -41,8 +40,8 @@ class CounterTally:
 class GaugeTally(CounterTally):
     """A gauge series moved up and down in a plain number, added to the gauge on read.
 
-    The in-flight gauge moves twice per request; prometheus_client's locked ``inc``/``dec``
-    were ~70 Python opcodes of a ~4,100-opcode pass-through, these ~10.
+    The in-flight gauge moves twice per request, and a plain number is a fraction of
+    prometheus_client's locked ``inc``/``dec``.
     """
 
     __slots__ = ()

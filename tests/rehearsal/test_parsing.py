@@ -6,10 +6,11 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from rehearsal.parsing import (
+    PARSE_CLASSES,
     VETO_CODES,
     classify_result,
     parse_execution_result,
@@ -48,7 +49,7 @@ def test_each_envace_veto_code_is_a_veto(code: str) -> None:
         pytest.param(wrap([]), "ok", None, id="empty-array"),
         pytest.param(wrap({"error": "order not found"}), "error", None, id="tool-error"),
         pytest.param(wrap({"error_tool_call": {"code": "NOPE"}}), "veto", "UNKNOWN", id="odd-code"),
-        pytest.param(wrap({"error_tool_call": "bad"}), "veto", "UNKNOWN", id="veto-not-object"),
+        pytest.param(wrap({"error_tool_call": "bad"}), "unparsed", None, id="veto-not-object"),
         pytest.param(wrap({}), "unparsed", None, id="empty-object"),
         pytest.param(wrap("just text"), "unparsed", None, id="bare-string"),
         pytest.param(wrap(3), "unparsed", None, id="bare-number"),
@@ -69,9 +70,9 @@ def test_each_envace_veto_code_is_a_veto(code: str) -> None:
             None,
             id="fenced",
         ),
-        pytest.param('<execution_result>{"a": 1}', "ok", None, id="unclosed-tag"),
-        pytest.param('{"a": 1} and some chatter', "ok", None, id="no-tag-trailing-text"),
-        pytest.param("result: [1] {", "ok", None, id="array-before-brace"),
+        pytest.param('<execution_result>{"a": 1}', "unparsed", None, id="unclosed-tag"),
+        pytest.param('{"a": 1} and some chatter', "unparsed", None, id="no-tag-trailing-text"),
+        pytest.param("result: [1] {", "unparsed", None, id="array-before-brace"),
         pytest.param(
             '<execution_result>\n{"a": [1, }\n</execution_result>',
             "unparsed",
@@ -89,7 +90,7 @@ def test_classification_table(text: str | None, verdict: str, code: str | None) 
 
 def test_unparsed_answers_say_why() -> None:
     """An unparsed answer carries a short reason for the trace."""
-    assert parse_execution_result("nothing").detail == "no JSON result found"
+    assert parse_execution_result("nothing").detail == "no <execution_result> block"
     assert classify_result({}).detail == "not a non-empty object or an array"
 
 
@@ -99,11 +100,81 @@ def test_execution_result_never_raises(text: str) -> None:
     assert parse_execution_result(text).verdict in ("ok", "veto", "error", "unparsed")
 
 
+TAGS = ("<think>", "</think>", "<execution_result>", "</execution_result>")
+
+
 @given(JSON_VALUES, st.sampled_from(["", "<think>x</think>", "<think>\n</think>\n\n"]))
 def test_wrapped_json_is_classified_like_the_value(value: Any, think: str) -> None:
-    """A wrapped JSON value is classified exactly as the value itself."""
+    """A wrapped JSON value (with no tags in its strings) is classified as the value itself."""
+    assume(not any(tag in json.dumps(value) for tag in TAGS))
     got = parse_execution_result(wrap(value, think=think))
     assert got == classify_result(value)
+
+
+CALL = {"order_id": "W1"}
+
+
+@pytest.mark.parametrize(
+    ("text", "truncated", "parse"),
+    [
+        pytest.param(wrap({"status": "ok"}), False, "ok", id="ok"),
+        pytest.param(
+            '<execution_result>\n```json\n{"a": 1}\n```\n</execution_result>', False, "ok",
+            id="ok-fenced",
+        ),
+        pytest.param("  ", False, "empty", id="empty"),
+        pytest.param("<think>\nthe tool would return\n</think>\n", False, "thinking_only",
+                     id="thinking-only"),
+        pytest.param("<think>\nstill thinking when", False, "thinking_only", id="think-unclosed"),
+        pytest.param("<think>\nstill thinking when", True, "truncated", id="cut-in-thinking"),
+        pytest.param('<execution_result>\n{"a": ', True, "truncated", id="cut-in-block"),
+        pytest.param("The result is", True, "truncated", id="cut-before-block"),
+        pytest.param('{"status": "ok"}', False, "no_block", id="bare-json"),
+        pytest.param('```json\n{"status": "ok"}\n```', False, "no_block", id="fenced-bare-json"),
+        pytest.param("The order was cancelled.", False, "no_block", id="prose"),
+        pytest.param('<execution_result>\n{"a": 1}\n', False, "unclosed", id="unclosed"),
+        pytest.param("<execution_result>\nall good\n</execution_result>", False, "not_json",
+                     id="not-json"),
+        pytest.param(wrap("done"), False, "not_object", id="string"),
+        pytest.param(wrap(None), False, "not_object", id="null"),
+        pytest.param(wrap({}), False, "not_object", id="empty-object"),
+        pytest.param(wrap(CALL), False, "echo", id="echo-arguments"),
+        pytest.param(wrap({"name": "get_order", "arguments": CALL}), False, "echo", id="echo-call"),
+        pytest.param(wrap({"a": 1}) + "\n" + wrap({"b": 2}, think=""), False, "multiple_blocks",
+                     id="two-blocks"),
+        pytest.param("Here it is: " + wrap({"a": 1}, think=""), False, "prose_around",
+                     id="prose-before"),
+        pytest.param(wrap({"a": 1}) + "\nHope this helps.", False, "prose_around",
+                     id="prose-after"),
+        pytest.param('<execution_result>\nresult: {"a": 1}\n</execution_result>', False,
+                     "prose_around", id="prose-inside"),
+        pytest.param("Sorry, I cannot simulate this tool.", False, "refusal", id="refusal-prose"),
+        pytest.param(wrap({"error_tool_call": "no"}), False, "refusal", id="refusal-odd-veto"),
+    ],
+)  # fmt: skip
+def test_parse_classes(text: str, truncated: bool, parse: str) -> None:
+    """Each way a real answer can miss the format has its own class and is never evidence."""
+    got = parse_execution_result(
+        text, truncated=truncated, call_name="get_order", call_arguments=CALL
+    )
+    assert got.parse == parse
+    assert parse in PARSE_CLASSES
+    assert (got.verdict == "unparsed") == (parse != "ok")
+    if parse != "ok":
+        assert (got.result, got.code) == (None, None)
+
+
+def test_a_complete_block_is_read_even_when_cut_after_it() -> None:
+    """A block closed before the token limit struck is evidence; cut text after it is not."""
+    assert parse_execution_result(wrap({"a": 1}), truncated=True).parse == "ok"
+    cut = wrap({"a": 1}) + "\nNow"
+    assert parse_execution_result(cut, truncated=True).parse == "prose_around"
+
+
+def test_echo_needs_the_call() -> None:
+    """Without the call, a result that looks like arguments is read as a result."""
+    assert parse_execution_result(wrap(CALL)).parse == "ok"
+    assert parse_execution_result(wrap({"x": 1}), call_name="f", call_arguments={}).parse == "ok"
 
 
 @given(st.text())

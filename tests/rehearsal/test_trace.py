@@ -39,10 +39,16 @@ PAIR = multi_call_turn(("f", {}), ("g", {}))
         ),
         pytest.param(
             [step(PAIR, "error", "unparsed")],
-            "unparsed",
-            "unparsed",
+            "error",
+            "error",
             0.0,
-            id="unparsed-outranks-error",
+            id="error-outranks-unparsed",
+        ),
+        pytest.param(
+            [step(TOOL, "unparsed")], "unparsed", "unparsed", 0.5, id="unparsed-is-no-evidence"
+        ),
+        pytest.param(
+            [step(TOOL, "ok"), step(TOOL, "unparsed")], "unparsed", "ok", 1.0, id="late-unparsed"
         ),
         pytest.param([step(TOOL, "error")], "error", "error", 0.0, id="tool-error"),
         pytest.param([Step(TOOL)], "deadline", "open", 0.5, id="nothing-rehearsed"),

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from rehearsal.budget import Budget
-from server.rehearse.defaults import budget_caps, budget_defaults, trust_settings
+from server.rehearse.defaults import budget_caps, budget_defaults, planner_settings, trust_settings
 from server.settings import MASK, EngineSpec, GatewaySettings
 from server.store.opening import lifetimes
 
@@ -89,3 +89,10 @@ def test_values_for_maps_each_field_to_its_setting() -> None:
     assert (kept.trace_s, kept.trust_s, kept.memory_max_entries, kept.trust_window) == (
         11, 12, 9, 77
     )  # fmt: skip
+
+
+def test_rehearse_max_tokens_reaches_the_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RGW_REHEARSE_MAX_TOKENS bounds every imagined result's engine call (default 2048)."""
+    assert planner_settings(GatewaySettings()).rehearse_max_tokens == 2048
+    monkeypatch.setenv("RGW_REHEARSE_MAX_TOKENS", "96")
+    assert planner_settings(GatewaySettings()).rehearse_max_tokens == 96

@@ -18,7 +18,7 @@ imagined: -
 [4] outcome=answer score=1.00
 action: answer
 imagined: -
-Commit one action now. Prefer actions rehearsed as ok; do not repeat actions marked veto, unparsed or error.
+Commit one action now. Prefer actions rehearsed as ok; do not repeat actions marked veto or error; unparsed means nothing was learned.
 </rehearsal_memory>"""  # noqa: E501
 
 
