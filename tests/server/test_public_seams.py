@@ -37,14 +37,6 @@ NAMED_TUPLE_API = frozenset(("_replace", "_asdict", "_fields", "_make"))
 SERVER = ROOT / "server"
 # Offences that are known and on their way out, each a subset its module may still hold.
 KNOWN = {
-    # The engine transport seam replaces these (the engine client's own item of the same
-    # issue, landing from another branch): delete this entry when it has.
-    "server/engines/client.py": {
-        "from httpx_aiohttp.transport import map_aiohttp_exceptions",
-        'getattr(..., "_aiohttp_response")',
-        'getattr(..., "_stream")',
-        'getattr(..., "_transport")',
-    },
     # prometheus_client (not one of the six above): the tallies add to a histogram child's
     # own bucket and sum values, pinned by tests/server/test_metrics.py.
     "server/telemetry/tallies.py": {"._upper_bounds", "._sum"},
