@@ -115,6 +115,18 @@ class RecordingClient(AsyncRehearsalClient):
         return completion
 
 
+async def play(agent: ExampleAgent, task: Any, session_id: str, episode: Any) -> None:
+    """Run one task, folding its outcome, or the request the gateway failed, into ``episode``."""
+    try:
+        ran = await agent.run(task, session_id=session_id)
+    except GatewayError as exc:
+        episode.failed = f"{type(exc).__name__}: {exc}"
+    else:
+        episode.success = ran.success
+        episode.tool_errors = ran.tool_errors
+        episode.real_calls = ran.real_calls
+
+
 @dataclass
 class Progress:
     total: int
@@ -168,14 +180,7 @@ async def run_config(
                     episode = Episode(seed, world.name, task.id)
                     client.completions.clear()
                     retried = client.retries
-                    try:
-                        ran = await agent.run(task, session_id=f"{config.key}-{seed}-{task.id}")
-                    except GatewayError as exc:
-                        episode.failed = f"{type(exc).__name__}: {exc}"
-                    else:
-                        episode.success = ran.success
-                        episode.tool_errors = ran.tool_errors
-                        episode.real_calls = ran.real_calls
+                    await play(agent, task, f"{config.key}-{seed}-{task.id}", episode)
                     for completion in client.completions:
                         facts = TurnFacts.read(checks[world.name], completion)
                         episode.turns.append(await _from_trace(client, facts, traced))

@@ -1,10 +1,11 @@
-"""The bare floor: a Python relay with no ASGI server at all, on the gateway's own engine wire.
+"""The bare floor: a Python relay with no ASGI server at all, on the gateway's engine transport.
 
 A measuring instrument for ``benchmarks/overhead.py --floor``, never a server to deploy. Where
 ``benchmarks/floor_relay.py`` is the least a relay costs on uvicorn's ASGI cycle, this is the least
 it costs in Python at all: an asyncio protocol under uvloop with httptools' request parser, which
 reads a request, parses its JSON body (what any body-aware front must do), posts the same bytes
-to the engine on ``server/engines/wire.py`` and writes the answer back in one write. No ASGI, no
+to the engine on the gateway's own transport (``server/engines/transports.py``, aiohttp) and
+writes the answer back in one write. No ASGI, no
 validation, routing, retries, metrics, logs, auth, timeouts or error handling beyond a 502. What
 the gateway costs above this is its stack and its logic; what this costs next to vllm-router is
 the price of Python itself on this machine.
@@ -23,7 +24,8 @@ import httpx
 import orjson
 import uvloop
 
-from server.engines.wire import Wire
+from server.engines.transport import EngineRequest, EngineTransport
+from server.engines.transports import AiohttpTransport
 
 JSON_HEAD = {"content-type": "application/json"}
 
@@ -31,8 +33,8 @@ JSON_HEAD = {"content-type": "application/json"}
 class BareRelay(asyncio.Protocol):
     """One client connection: each whole request is relayed to the engine, answers in order."""
 
-    def __init__(self, wire: Wire, host: str, port: int) -> None:
-        self.wire, self.host, self.port = wire, host, port
+    def __init__(self, transport: EngineTransport, engine: str) -> None:
+        self.engine_transport, self.engine = transport, engine
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.url = b""
@@ -66,12 +68,10 @@ class BareRelay(asyncio.Protocol):
             status, out = 200, b'{"status":"ok"}'
         else:
             orjson.loads(body)
-            path = url.decode("latin-1")
-            authority = f"{self.host}:{self.port}"
+            request = EngineRequest("POST", self.engine + url.decode("latin-1"), JSON_HEAD, body)
             try:
-                status, _, out = await self.wire.request(
-                    self.host, self.port, authority, "POST", path, JSON_HEAD, body
-                )
+                answer = await self.engine_transport.send(request)
+                status, out = answer.status, await answer.read()
             except httpx.HTTPError:
                 status, out = 502, b'{"error":"engine"}'
         if previous is not None:
@@ -82,14 +82,14 @@ class BareRelay(asyncio.Protocol):
 
 
 async def serve(port: int, engine: str) -> None:
-    host, _, engine_port = engine.removeprefix("http://").partition(":")
-    wire = Wire(connect_timeout=5.0, keepalive_s=30.0)
+    transport = AiohttpTransport(keepalive_s=30.0)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: BareRelay(wire, host, int(engine_port)), "127.0.0.1", port
-    )
-    async with server:
-        await server.serve_forever()
+    server = await loop.create_server(lambda: BareRelay(transport, engine), "127.0.0.1", port)
+    try:
+        async with server:
+            await server.serve_forever()
+    finally:
+        await transport.aclose()
 
 
 def main() -> None:

@@ -114,7 +114,7 @@ def measure(args: argparse.Namespace) -> int:
         floor = ["uvicorn", "benchmarks.floor_relay:app", "--http", "httptools", "--loop",
                  "uvloop", "--log-level", "warning", "--no-access-log", "--port"]  # fmt: skip
         fronts["python floor"] = ([*tracer, *floor], {"FLOOR_ENGINE": twin.url})
-        bare = ["benchmarks.floor_bare", "--port"]  # no ASGI server: httptools and our wire
+        bare = ["benchmarks.floor_bare", "--port"]  # no ASGI server: httptools and our transport
         fronts["bare floor"] = ([*tracer, *bare], {"FLOOR_ENGINE": twin.url})
         for tree in args.against:
             path = str(Path(tree).resolve())

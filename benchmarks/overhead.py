@@ -15,7 +15,7 @@ then the gateway's ratios to vllm-router. Ratios from one run, not absolute time
 ``--floor`` adds two more fronts, the Python floor (``benchmarks/floor_relay.py``: a bare relay on
 the gateway's uvicorn and aiohttp, no gateway logic) and the bare floor
 (``benchmarks/floor_bare.py``: no ASGI server at all, asyncio with httptools and the gateway's
-engine wire), to tell the gateway's own cost from its stack's, and its stack's from Python's.
+engine transport), to tell the gateway's own cost from its stack's, and its stack's from Python's.
 ``--against DIR`` (repeatable) adds the gateway of another source tree (say a ``git worktree`` of
 the commit before a change) as one more front, and the gateway's CPU as a multiple of that one's:
 before and after, on the same machine in the same rounds.
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also measure the Python floors: a bare uvicorn + aiohttp relay with no gateway "
         "logic (benchmarks/floor_relay.py), and a relay with no ASGI server at all on the "
-        "gateway's engine wire (benchmarks/floor_bare.py)",
+        "gateway's engine transport (benchmarks/floor_bare.py)",
     )
     parser.add_argument(
         "--against",

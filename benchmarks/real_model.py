@@ -38,9 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.decision_facts import LOW_TRUST  # noqa: E402
-from benchmarks.decisions import RecordingClient  # noqa: E402
+from benchmarks.decisions import RecordingClient, play  # noqa: E402
 from clients.agent import ExampleAgent, ToolLatency  # noqa: E402
-from clients.client import GatewayError, Rehearsal  # noqa: E402
+from clients.client import Rehearsal  # noqa: E402
 from rehearsal.parsing import PARSE_CLASSES  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.vllm import REAL_MODEL_NAME, start_real_vllm  # noqa: E402
@@ -118,6 +118,8 @@ class TurnFigures:
 
 @dataclass
 class Episode:
+    """One task of one configuration: the agent's outcome and each turn's figures."""
+
     seed: int
     world: str
     task: str
@@ -222,14 +224,7 @@ async def run_config(config: Config, url: str, grid: Grid, progress: Progress) -
                     episode = Episode(seed, world_name, task.id)
                     client.completions.clear()
                     client.walls.clear()
-                    try:
-                        ran = await agent.run(task, session_id=f"{config.key}-{seed}-{task.id}")
-                    except GatewayError as exc:
-                        episode.failed = f"{type(exc).__name__}: {exc}"
-                    else:
-                        episode.success = ran.success
-                        episode.tool_errors = ran.tool_errors
-                        episode.real_calls = ran.real_calls
+                    await play(agent, task, f"{config.key}-{seed}-{task.id}", episode)
                     walls = client.walls[: len(client.completions)]
                     pairs = zip(client.completions, walls, strict=True)
                     episode.turns = [figures(c, w) for c, w in pairs]

@@ -3,16 +3,17 @@
 All against one engine twin with ``--latency zero`` (the engine costs no wall time, so CPU is the
 client's or the gateway's own):
 
-- ``aiohttp``: httpx with ``httpx_aiohttp.AiohttpTransport`` (aiohttp's pool and parser), what
-  ships (``server/engines/client.py``);
-- ``httpx``: httpx's default transport (httpcore).
+- ``aiohttp``: ``AiohttpTransport`` (aiohttp's pool and parser), what ships
+  (``server/engines/transports.py``);
+- ``httpx``: ``HttpxTransport`` (below), httpx's client on its own transport (httpcore).
 
+Each through the engine-transport seam (``server/engines/transport.py``), as the gateway calls it.
 The hand-written transport these were measured against is gone; its figures, from the same
-benchmark, are in docs/decisions/0001-engine-client-transport.md.
+benchmark, are in docs/decisions/0001-engine-client-transport.md and 0102-engine-transport.md.
 
 ``clients`` measures the client stack alone, in this process (no gateway): the same chat
 request ``--requests`` times, ``--concurrency`` at a time, with each transport and with a bare
-``aiohttp.ClientSession`` (aiohttp itself, no httpx on top), in interleaved rounds, as CPU
+``aiohttp.ClientSession`` (aiohttp itself, no seam on top), in interleaved rounds, as CPU
 milliseconds per request; ``--body agent`` sends the realistic agent body of
 ``benchmarks/bodies.py`` instead, and ``--with pyreqwest`` adds a compiled client (Rust's
 reqwest under asyncio, not a dependency) when it is installed. ``serve`` runs a gateway with
@@ -28,11 +29,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import ssl
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 
 import httpx
@@ -43,26 +45,95 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bodies import PROFILES, build_bodies  # noqa: E402
 from benchmarks.rehearsal import world_request  # noqa: E402
+from server.engines.transport import EngineRequest, EngineResponse, EngineTransport  # noqa: E402
+from server.engines.transports import AiohttpTransport  # noqa: E402
 from tests.support.procs import cli_argv, free_port, start_http_server  # noqa: E402
 from twin.worlds import load_world  # noqa: E402
 
 TRANSPORTS = ("aiohttp", "httpx")
 
 
-def transport(name: str, connections: int = 64) -> httpx.AsyncBaseTransport:
+class HttpxResponse:
+    """An ``httpx.Response`` opened with ``stream=True`` behind the seam."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+
+    @property
+    def status(self) -> int:
+        return self._response.status_code
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._response.headers
+
+    async def read(self) -> bytes:
+        try:
+            return await self._response.aread()
+        finally:
+            await self._response.aclose()
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._response.aiter_raw()
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class HttpxTransport:
+    """Engine calls on one ``httpx.AsyncClient`` with httpx's own transport (httpcore).
+
+    A contender for this benchmark, not a transport the gateway ships: httpcore closes an idle
+    socket only when the pool is next used (``tests/server/test_engine_http.py`` pins that the
+    gateway's does it on time).
+    """
+
+    def __init__(self, *, sockets: int = 100, keepalive_s: float = 4.0, write_s: float = 30.0,
+                 tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
+        limits = httpx.Limits(
+            max_connections=sockets, max_keepalive_connections=sockets, keepalive_expiry=keepalive_s
+        )
+        self.write_s = write_s
+        self._client = httpx.AsyncClient(
+            limits=limits,
+            verify=tls or ssl.create_default_context(),
+            headers={"accept-encoding": "identity"},  # never a compressed answer
+            trust_env=False,
+        )
+        self._timeouts: dict[float | None, httpx.Timeout] = {}
+
+    def _timeout(self, connect_s: float | None) -> httpx.Timeout:
+        timeout = self._timeouts.get(connect_s)
+        if timeout is None:
+            timeout = httpx.Timeout(connect=connect_s, read=None, write=self.write_s, pool=None)
+            self._timeouts[connect_s] = timeout
+        return timeout
+
+    async def send(self, request: EngineRequest) -> EngineResponse:
+        extensions = {"sni_hostname": request.server_name} if request.server_name else None
+        built = self._client.build_request(
+            request.method, request.url, content=request.body, headers=request.headers,
+            timeout=self._timeout(request.connect_s), extensions=extensions,
+        )  # fmt: skip
+        return HttpxResponse(await self._client.send(built, stream=True))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def transport(name: str, connections: int = 64) -> EngineTransport:
     """The engine transport called ``name``."""
     if name == "aiohttp":
-        from httpx_aiohttp import AiohttpTransport
-
-        return AiohttpTransport()
+        return AiohttpTransport(sockets=connections)
     if name == "httpx":
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        return httpx.AsyncHTTPTransport(limits=limits)
+        return HttpxTransport(sockets=connections)
     raise ValueError(f"unknown transport {name!r}")
 
 
 def serve(args: argparse.Namespace) -> int:
-    """A gateway in front of ``--engine`` whose plain-http engine calls use ``--transport``."""
+    """A gateway in front of ``--engine`` whose engine calls use ``--transport``."""
     import uvicorn
 
     from server.app import create_app
@@ -97,17 +168,22 @@ async def _rounds(url: str, body: bytes, requests: int, conc: int, name: str) ->
             return (time.process_time() - started) / requests * 1000
     if name == "pyreqwest":
         return await _rounds_pyreqwest(url, body, requests, gate, headers)
-    async with httpx.AsyncClient(transport=transport(name), headers=headers, timeout=60) as client:
+    engine = transport(name)
+    request = EngineRequest("POST", url, headers, body, connect_s=60)
 
-        async def one() -> None:
-            async with gate:
-                answer = await client.post(url, content=body)
-                if answer.status_code != 200:
-                    raise RuntimeError(f"HTTP {answer.status_code}")
+    async def one() -> None:
+        async with gate:
+            answer = await engine.send(request)
+            await answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"HTTP {answer.status}")
 
+    try:
         started = time.process_time()
         await asyncio.gather(*(one() for _ in range(requests)))
         return (time.process_time() - started) / requests * 1000
+    finally:
+        await engine.aclose()
 
 
 async def _rounds_pyreqwest(

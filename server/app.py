@@ -1,11 +1,13 @@
 """The app factory: ``create_app(settings)`` builds the FastAPI app; its lifespan owns resources.
 
-The lifespan creates the one HTTP client to the engines (``engine_http_client``), the
+The lifespan creates the one transport to the engines (``engine_transport``), the
 engine pool with a first round of health checks, the background health-check task and the chat
 service, and hands them to routes as one ``GatewayState``. Every part is built once, lower
-layers first, and handed to the ones above it. Middleware is pure ASGI: request accounting
-(``server/http/accounting.py``) outermost, then API keys; errors reach clients only through the
-handlers of ``server/http/handlers.py``.
+layers first, and handed to the ones above it. Every request, chat completions included, takes
+one stack: pure ASGI middleware (request accounting outermost, then API keys, then fair use),
+then FastAPI's router; errors reach clients only through ``server/http/handlers.py``. The
+lifespan's state also carries the header timeout that the server's protocol reads
+(``server/http/protocol.py``).
 """
 
 from __future__ import annotations
@@ -18,26 +20,27 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from server.chat.precheck import build_precheck
 from server.chat.responses import ResponsesService
 from server.chat.service import ChatService
 from server.engines.calls import EngineCalls
-from server.engines.client import EngineClient, Waits, engine_http_client
+from server.engines.client import EngineClient, Waits
 from server.engines.discovery import EngineDiscovery, Resolver, resolve_system
 from server.engines.pool import EnginePool, EnginesReady
-from server.engines.wire import Wire
-from server.http.accounting import CHAT_PATH, RequestAccounting
+from server.engines.transport import EngineTransport
+from server.engines.transports import AiohttpTransport
+from server.http.accounting import RequestAccounting
 from server.http.auth import ApiKeyMiddleware, ApiKeyRing
 from server.http.handlers import add_error_handlers
-from server.http.hot_routes import HotRoutes
 from server.http.limits import FairUseMiddleware
 from server.http.openapi import install as install_openapi
+from server.http.protocol import HEADER_TIMEOUT_KEY
 from server.http.relayed_routes import router as relayed_router
 from server.http.responses_routes import router as responses_router
-from server.http.routes import chat_completions, router
+from server.http.routes import router
 from server.http.state import STATE_KEY, GatewayState
 from server.rehearse.defaults import (
     budget_caps,
@@ -64,26 +67,28 @@ def create_app(
     settings: GatewaySettings,
     *,
     resolver: Resolver = resolve_system,
-    engine_transport: httpx.AsyncBaseTransport | None = None,
+    engine_transport: EngineTransport | None = None,
     owns_process: bool = False,
 ) -> FastAPI:
     """A gateway app for ``settings``; resources are created when its lifespan starts.
 
     ``resolver`` answers the DNS questions of ``discover=dns`` engines (the system's by default);
-    ``engine_transport`` replaces the engine client's transport (the transport benchmark
-    compares others through it). ``owns_process``: the app is the process's only tenant (what
-    ``serve`` starts), so once started it may tune the process's garbage collector
-    (``settle_heap``); an app embedded in another process leaves it alone.
+    ``engine_transport`` replaces the aiohttp transport built from the settings (a test's fake,
+    a benchmark's contender); the lifespan closes it as it would its own. ``owns_process``: the
+    app is the process's only tenant (what ``serve`` starts), so once started it may tune the
+    process's garbage collector (``settle_heap``); an app embedded in another process leaves it
+    alone.
     """
     metrics = GatewayMetrics(settings.metrics_dir)
     keyring = ApiKeyRing(key.get_secret_value() for key in settings.api_keys)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, GatewayState]]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         async with open_state(settings, metrics, keyring, resolver, engine_transport) as state:
             if owns_process:
                 settle_heap()
-            yield {STATE_KEY: state}
+            # The header timeout is read by the server's protocol (server/http/protocol.py).
+            yield {STATE_KEY: state, HEADER_TIMEOUT_KEY: settings.header_timeout}
 
     app = FastAPI(
         title="Rehearsal Gateway",
@@ -94,12 +99,11 @@ def create_app(
         telemetry=None if settings.fastapi_telemetry else NO_TELEMETRY,
     )
     install_openapi(app, settings)
-    app.include_router(router)
-    app.include_router(responses_router)
-    app.include_router(relayed_router)
+    # The routers' routes themselves, not the routers: an included router is matched as one
+    # more layer per request (~700 Python opcodes of a pass-through, benchmarks.opcodes).
+    for declared in (router, responses_router, relayed_router):
+        app.router.routes.extend(declared.routes)
     add_error_handlers(app)
-    # Innermost: the chat endpoint without FastAPI's routing layers (server/http/hot_routes.py).
-    app.add_middleware(HotRoutes, routes={("POST", CHAT_PATH): chat_completions})
     app.add_middleware(FairUseMiddleware)  # inside ApiKeyMiddleware: the tenant is known
     app.add_middleware(ApiKeyMiddleware, keyring=keyring)
     app.add_middleware(RequestAccounting, metrics=metrics)
@@ -138,7 +142,7 @@ async def open_state(
     metrics: GatewayMetrics,
     keyring: ApiKeyRing,
     resolver: Resolver = resolve_system,
-    engine_transport: httpx.AsyncBaseTransport | None = None,
+    engine_transport: EngineTransport | None = None,
 ) -> AsyncIterator[GatewayState]:
     """Create every resource, run until the app stops, then release them in reverse order."""
     pool = EnginePool.from_specs(
@@ -154,13 +158,8 @@ async def open_state(
         rehearsal_yield_quiet_s=settings.rehearsal_yield_quiet_s,
     )
     metrics.start_series(engine.name for engine in pool.engines)
-    http = engine_http_client(settings, engine_transport)
-    # Whole answers from plain-HTTP engines skip aiohttp, unless a transport was handed in.
-    wire = Wire(settings.connect_timeout, settings.engine_keepalive_s)
-    engines = EngineClient(
-        http, metrics, settings.health_timeout, Waits.of(settings),
-        wire=wire if engine_transport is None else None,
-    )  # fmt: skip
+    transport = engine_transport or AiohttpTransport.of(settings)
+    engines = EngineClient(transport, metrics, settings.health_timeout, Waits.of(settings))
     calls = EngineCalls(pool, engines, max_attempts=settings.max_attempts)
     store = open_store(settings)
     fair_use = FairUse.from_settings(settings, store, metrics)
@@ -185,11 +184,13 @@ async def open_state(
         fair_use=fair_use if fair_use.enabled else None,
     )
     feedback = Feedback(store, metrics, writer)
-    chat = ChatService(pool, calls, rehearsal=rehearsal, feedback=feedback)
+    chat = ChatService(
+        pool, calls, rehearsal=rehearsal, feedback=feedback, precheck=build_precheck()
+    )
     responses = ResponsesService(chat, rehearsal, feedback)
     draining = Draining()
     state = GatewayState(
-        settings, metrics, keyring, http, pool, engines, chat, store, rehearsal, responses,
+        settings, metrics, keyring, pool, engines, chat, store, rehearsal, responses,
         checks=[draining, EnginesReady(pool), StoreReady(store)],
         fair_use=fair_use if fair_use.enabled else None,
     )  # fmt: skip
@@ -230,6 +231,5 @@ async def open_state(
     finally:
         await writer.close(settings.store_drain_s)  # hindsight written before the store closes
         await store.close()
-        wire.close()
-        await http.aclose()
+        await transport.aclose()
         metrics.worker_exited(os.getpid())

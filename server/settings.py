@@ -15,13 +15,15 @@ per address it resolves to, re-resolved every ``discovery_interval`` seconds;
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import dataclasses
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+T = TypeVar("T")
 Role = Literal["act", "rehearse"]
 # vLLM's priority of a rehearsal-role call under ``engine_scheduling = "priority"`` (vLLM's
 # default, which every other call keeps, is 0; a larger number is served later).
@@ -123,7 +125,6 @@ class GatewaySettings(BaseSettings):
 
     # Upstream timeouts (seconds); the waits of one call are in the reliability block below.
     connect_timeout: float = Field(default=3.0, gt=0)
-    write_timeout: float = Field(default=30.0, gt=0)
     # An idle connection to an engine is closed after this long: below uvicorn's (so vLLM's)
     # 5 s keep-alive, so the engine never closes a socket the gateway is about to reuse.
     engine_keepalive_s: float = Field(default=4.0, gt=0)
@@ -250,10 +251,6 @@ class GatewaySettings(BaseSettings):
     # e.g. under ``opentelemetry-instrument``). Off: it checks for a provider on every request,
     # for telemetry the gateway does not use (its own is Prometheus and the request log).
     fastapi_telemetry: bool = False
-    # ``POST /v1/chat/completions`` served straight from uvicorn's request cycle, every layer of
-    # the ASGI path called in turn (server/http/lane.py): a fifth of a pass-through's Python
-    # work. Off: the route goes through the ASGI middleware stack like every other route.
-    chat_lane: bool = True
 
     # ---- Reliability under faults: bounded waits, health, drain, edges.
     # A stream's first chunk (the engine's queue + prefill), from the request being sent.
@@ -337,6 +334,21 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def _keys(cls, value: Any) -> Any:
         return _split_list(value, ",")
+
+    def values_for(self, cls: type[T], prefix: str = "", **given: Any) -> T:
+        """A dataclass of a lower layer (the core's ``Budget``, the store's ``Lifetimes``) built
+        from these settings: each field takes the value ``given`` for it, else the setting named
+        ``prefix`` + field, else the setting named as the field, else the dataclass's default."""
+        values: dict[str, Any] = {}
+        for spec in dataclasses.fields(cls):  # type: ignore[arg-type]
+            name = spec.name
+            if name in given:
+                values[name] = given[name]
+            elif prefix + name in type(self).model_fields:
+                values[name] = getattr(self, prefix + name)
+            elif name in type(self).model_fields:
+                values[name] = getattr(self, name)
+        return cls(**values)
 
     def masked(self) -> dict[str, Any]:
         """The settings as printable JSON-able data, with every secret replaced by a mask."""

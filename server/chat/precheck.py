@@ -1,22 +1,16 @@
 """A Rust pre-check of a pass-through's head: pydantic runs only for a body it refuses.
 
-Why. A pass-through is checked as far as the gateway reads it (``ChatRequestHead``), and that
-check was the largest single cost left on the small body: with it skipped altogether, gateway
-CPU per small pass-through fell to x0.80-0.88 of the same tree's in one interleaved run
-(``python -m benchmarks.overhead --profiles small --against <tree without it>``, 2026-12-04).
-Pydantic builds a model and a new dict for every message and tool it checks; ``jsonschema-rs``
-(a dependency already, ``rehearsal/checks.py``) only reads them: ``HeadPrecheck.fields`` took
-2.2 against 8.3 us per small body and 7.8 against 19.9 us per agent body for pydantic's check
-(best of five ``timeit`` runs over 64 bodies each).
-
-How. The head's JSON Schema is pydantic's own (``ChatRequestHead.model_json_schema()``), so one
-model says what a request may be. A body the Rust validator accepts is read straight from the
-parsed JSON (``HeadFields``: what a pass-through reads of it); a body it refuses is checked by
-pydantic, which decides and writes the 400 as before. The two may disagree in one direction only,
-and only where JSON Schema cannot say what strict pydantic does: JSON Schema calls ``1.0`` an
-integer, strict pydantic does not, so the integer fields (all top-level, which the builder checks)
-must hold Python ints before the fast answer counts. ``tests/server/test_precheck.py`` drives
-both with mutated bodies and holds the fast path to never accepting what pydantic refuses.
+A pass-through is checked as far as the gateway reads it (``ChatRequestHead``). Pydantic builds
+a model and a new dict for every message and tool it checks; ``jsonschema-rs`` only reads them,
+several times faster (docs/decisions/ holds the figures). The schema is pydantic's own
+(``ChatRequestHead.model_json_schema()``), so one model says what a request may be: a body the
+Rust validator accepts is read straight from the parsed JSON (``HeadFields``), one it refuses is
+checked by pydantic, which decides and writes the 400. The two may disagree in one direction
+only, where JSON Schema cannot say what strict pydantic does: JSON Schema calls ``1.0`` an
+integer, strict pydantic does not, so the integer fields (all top-level, which the builder
+checks) must hold Python ints before the fast answer counts. ``tests/server/test_precheck.py``
+holds the fast path to never accepting what pydantic refuses. The lifespan builds one
+(``build_precheck``) and hands it to the chat service.
 """
 
 from __future__ import annotations
@@ -87,6 +81,3 @@ def build_precheck() -> HeadPrecheck | None:
     except (ValueError, jsonschema_rs.ValidationError) as exc:
         log.warning("request heads are checked by pydantic alone: %s", exc)
         return None
-
-
-PRECHECK = build_precheck()

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import orjson
 
-from server.chat.service import ChatService
+from server.chat.service import ChatService, decode_json_object
 from server.chat_call import PASSTHROUGH, JsonAnswer
 from server.engines.calls import StreamAnswer
 from server.engines.pool import affinity_key
@@ -99,17 +99,6 @@ def engine_path(route: RelayedRoute, params: Mapping[str, str], query: str) -> s
     return f"{path}?{query}" if query else path
 
 
-def decode_object(raw: bytes) -> dict[str, Any]:
-    """A JSON object body, or ``InvalidRequest``."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON ({exc.msg})") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    return body
-
-
 class RouteRelay:
     """Relays one call of a ``RelayedRoute`` through the chat service's engine calls."""
 
@@ -131,7 +120,7 @@ class RouteRelay:
                 path=path, method="GET",
             )  # fmt: skip
             return JsonAnswer(body)
-        request = decode_object(raw)
+        request = decode_json_object(raw)
         requested = request.get("model")
         if requested is not None and not isinstance(requested, str):
             raise InvalidRequest("model: expected a string", param="model")

@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 
 from rehearsal.budget import Budget
-from server.chat.relayed import decode_object, relay_affinity
-from server.chat.service import ChatService
+from server.chat.relayed import relay_affinity
+from server.chat.service import ChatService, decode_json_object
 from server.chat_call import PASSTHROUGH, ChatCall, JsonAnswer
 from server.engines.calls import StreamAnswer
 from server.errors import InvalidRequest
@@ -91,7 +91,7 @@ class ResponsesService:
         self, raw: bytes, *, session_id: str | None, tenant: str, headers: Mapping[str, str]
     ) -> ResponsesCall:
         """Validate the body and its knobs; decide between rehearsing and relaying."""
-        body = decode_object(raw)
+        body = decode_json_object(raw)
         request = parse_responses_request(body)
         model = self.chat.pool.resolve_model(request.model)
         affinity = relay_affinity(session_id, body)

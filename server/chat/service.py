@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
-from server.chat.precheck import PRECHECK
+from server.chat.precheck import HeadPrecheck
 from server.chat_call import PASSTHROUGH, ChatCall, HeadFields, JsonAnswer
 from server.engines.calls import EngineCalls, StreamAnswer
 from server.engines.pool import EnginePool, affinity_key
@@ -123,11 +123,14 @@ class ChatService:
         *,
         rehearsal: RehearsalService,
         feedback: Feedback,
+        precheck: HeadPrecheck | None = None,
     ) -> None:
         self.pool = pool
         self.calls = calls
         self.rehearsal = rehearsal
         self.feedback = feedback
+        # None: pydantic checks every pass-through's head (server/chat/precheck.py).
+        self.precheck = precheck
 
     def prepare(
         self,
@@ -153,7 +156,7 @@ class ChatService:
         request: ChatRequestHead | HeadFields
         if budget is not None:
             request = check_chat_request(body, ChatCompletionRequest)
-        elif PRECHECK is None or (fields := PRECHECK.fields(body)) is None:
+        elif self.precheck is None or (fields := self.precheck.fields(body)) is None:
             request = check_chat_request(body, ChatRequestHead)  # pydantic decides, and says why
         else:
             request = fields  # the Rust pre-check passed it (server/chat/precheck.py)

@@ -28,7 +28,7 @@ from server.telemetry.logs import engine_request_id
 ROUTER_CONCURRENCY = 1_000_000
 
 JSON = "application/json"
-# httpx's client adds ``accept-encoding: identity`` to its own calls; the direct ones say it here.
+# Bytes are relayed as the engine sent them: never a compressed answer.
 JSON_HEADERS = {"content-type": JSON, "accept-encoding": "identity"}
 
 
@@ -57,7 +57,7 @@ class Engine:
     base_url: str = ""  # ends in /v1
     root_url: str = ""  # where /health and /metrics live
     headers: dict[str, str] = field(default_factory=dict)  # sent on every call (Host, for TLS)
-    extensions: dict[str, str] = field(default_factory=dict)  # httpx's: the TLS server name
+    server_name: str | None = None  # the TLS name to check when the URL holds an address
     models: tuple[str, ...] = ()
     cards: tuple[dict[str, Any], ...] = ()
     healthy: bool = False
@@ -73,8 +73,6 @@ class Engine:
     waiters: set[asyncio.Task[Any]] = field(default_factory=set)  # tasks awaiting this engine
     aborted: set[asyncio.Task[Any]] = field(default_factory=set)
     real: RealWork = field(default_factory=RealWork)  # acting calls, imaginations yielding
-    # (host, port, Host header, path before /v1) of a plain-HTTP engine, else None (TLS)
-    plain: tuple[str, int, str, str] | None = None
     _key: bytes = b""
 
     def __post_init__(self) -> None:
@@ -87,11 +85,7 @@ class Engine:
         if self.spec.tls_name:
             port = urlsplit(url).port
             self.headers = {"host": f"{self.spec.tls_name}:{port}" if port else self.spec.tls_name}
-            self.extensions = {"sni_hostname": self.spec.tls_name}
-        parts = urlsplit(self.root_url)
-        if parts.scheme == "http" and not self.headers and parts.hostname and not parts.username:
-            port = parts.port or 80
-            self.plain = (parts.hostname, port, parts.netloc, parts.path)
+            self.server_name = self.spec.tls_name
         self.router = DIALECTS[self.spec.router] if self.spec.router else None
         if not self.rehearse_limit:
             self.rehearse_limit = self.max_concurrency

@@ -1,4 +1,4 @@
-"""Engine failures in the gateway's words: each httpx error or bad answer, an ``EngineError``.
+"""Engine failures in the gateway's words: each transport error or bad answer, an ``EngineError``.
 
 The engine client (``server/engines/client.py``) and its streams (``server/engines/streams.py``)
 raise only what these functions build, so the error tree of ``server/errors.py`` is decided in
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
 import httpx
 import orjson
 
@@ -48,19 +47,10 @@ def count_usage(metrics: GatewayMetrics, body: bytes) -> bool:
 
 
 def is_reset(exc: httpx.HTTPError) -> bool:
-    """Whether a failure to get an answer was the connection closing or resetting under it.
-
-    httpx's own transports raise ``RemoteProtocolError`` (EOF) or ``ReadError``/``WriteError``
-    (ECONNRESET, EPIPE); httpx_aiohttp maps aiohttp's ``ServerDisconnectedError`` and
-    ``ClientOSError`` to ``ConnectTimeout``, so the aiohttp cause is what tells them apart from a
-    real connect timeout or a refusal.
-    """
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
-        return True
-    cause = exc.__cause__
-    return isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(
-        cause, aiohttp.ClientConnectorError | aiohttp.ServerTimeoutError
-    )
+    """Whether a failure to get an answer was the connection closing or resetting under it:
+    EOF (``RemoteProtocolError``) or ECONNRESET/EPIPE (``ReadError``/``WriteError``), as every
+    transport raises them (``server/engines/transport.py``)."""
+    return isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError)
 
 
 def translate(exc: httpx.HTTPError, engine: Engine) -> EngineError:

@@ -5,7 +5,8 @@ waited for). A read that ends mid-event keeps its tail for the next read, so wha
 stream — a reset, silence past the chunk timeout, an engine that stopped answering, an end
 without ``data: [DONE]`` — the client has seen only whole events, and the relay's error event
 starts on a line of its own. The common case, a read that ends on an event, costs one
-``endswith``.
+``endswith``. Each read waits at most ``chunk_s`` (``RGW_CHUNK_TIMEOUT``), whatever the
+transport.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import httpx
 
 from server.engines.faults import PASSTHROUGH_ROLE, count_usage, hung, translate
 from server.engines.pool import Engine
-from server.errors import EngineError, EngineFailed
+from server.engines.transport import EngineResponse
+from server.errors import EngineError, EngineFailed, EngineTimeout
 from server.telemetry.metrics import GatewayMetrics
 from server.telemetry.waits import waiting
 
@@ -43,14 +45,15 @@ class EngineStream:
     """An open streamed answer whose first chunk has arrived; iterate for the rest."""
 
     engine: Engine
-    response: httpx.Response
-    chunks: AsyncIterator[bytes]  # the response's one raw-byte iterator, ``first`` already taken
+    response: EngineResponse
+    chunks: AsyncIterator[bytes]  # the response's one byte iterator, ``first`` already taken
     first: bytes  # whole SSE events only
     role: str
     started: float
     metrics: GatewayMetrics
     tail: bytes = b""  # the unfinished event after ``first`` / the last chunk handed over
     expects_done: bool = True  # the stream must end with ``data: [DONE]``
+    chunk_s: float = 30.0  # the longest wait for each read
     last: bytes = b""
     _closed: bool = False
 
@@ -67,7 +70,11 @@ class EngineStream:
                 task = engine.watch()
                 try:
                     with waiting():
-                        chunk = await anext(self.chunks, b"")
+                        async with asyncio.timeout(self.chunk_s):
+                            chunk = await anext(self.chunks, b"")
+                except TimeoutError:
+                    silent = f"engine {engine.name} went silent for longer than RGW_CHUNK_TIMEOUT"
+                    raise self._fail(EngineTimeout(silent)) from None
                 except asyncio.CancelledError:
                     if engine.take_abort(task):
                         raise self._fail(hung(engine)) from None

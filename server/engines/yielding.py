@@ -1,11 +1,11 @@
 """Real work before imagination on one engine (``RGW_REHEARSAL_YIELD``): who runs, who yields.
 
 On a small engine an imagination slows the real work beside it, whatever its batch slot or vLLM
-priority: every decode step runs both (docs/benchmarks.md, "Rehearsal and priorities on the real
-engine"). vLLM's own scheduler cannot help (it preempts only when KV-cache blocks run out), so the
-gateway does: ``RealWork`` is one engine's record of the acting calls in flight (pass-through,
-commits, a rehearsal's acting turn), by the rehearsal they belong to, and of the rehearsal-role
-calls that may be preempted for them.
+priority: every decode step runs both (docs/decisions/0013-imagination-yields.md). vLLM's own
+scheduler cannot help (it preempts only when KV-cache blocks run out), so the gateway does:
+``RealWork`` is one engine's record of the acting calls in flight (pass-through, commits, a
+rehearsal's acting turn), by the rehearsal they belong to, and of the rehearsal-role calls that
+may be preempted for them.
 
 - an acting call that takes its slot cancels the rehearsal-role calls running there that are not
   its own rehearsal's (``preempt_for``); closing their connections makes vLLM abort them;

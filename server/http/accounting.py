@@ -2,7 +2,8 @@
 
 Pure ASGI (Starlette's ``BaseHTTPMiddleware`` would break streaming and context variables). It
 sets the request's ``RequestRecord`` and ``WaitClock`` (``server/telemetry``) for the layers
-below to write into, and reads what the route left in the request's state when it ends.
+below to write into, and reads what the route left in the request's state when it ends. An error
+no route handled is answered here with the generic 500, so that it too carries the request id.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.chat_call import PASSTHROUGH
 from server.http.auth import TENANT_STATE_KEY
+from server.http.handlers import send_internal_error
 from server.http.state import (
     CONTENT_STATE_KEY,
     MODE_STATE_KEY,
@@ -66,17 +68,23 @@ class RequestAccounting:
         request_id = record.request_id.encode("ascii")
         started = time.perf_counter()
         status = 500
+        answering = False  # the response has started: too late for a 500 of ours
 
         async def send_and_note(message: Message) -> None:
-            nonlocal status
+            nonlocal status, answering
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, answering = message["status"], True
                 headers = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
                 message = {**message, "headers": headers}
             await send(message)
 
         if scope["path"] not in REQUEST_PATHS and not scope["path"].startswith(RELAYED_PREFIXES):
-            await self.app(scope, receive, send_and_note)
+            try:
+                await self.app(scope, receive, send_and_note)
+            except Exception as exc:
+                if answering:
+                    raise  # the server closes the connection
+                await send_internal_error(scope, exc, send_and_note)
             return
         clock = WaitClock()
         token = current_clock.set(clock)
@@ -84,6 +92,10 @@ class RequestAccounting:
         with self.metrics.track_in_flight():
             try:
                 await self.app(scope, receive, send_and_note)
+            except Exception as exc:
+                if answering:
+                    raise
+                await send_internal_error(scope, exc, send_and_note)
             finally:
                 current_clock.reset(token)
                 current_record.reset(record_token)
@@ -99,8 +111,8 @@ def account(
     elapsed: float,
     clock: WaitClock,
 ) -> None:
-    """Metrics and the log line of one finished request (``RequestAccounting``'s and the chat
-    lane's, ``server/http/lane.py``): what the route left in the scope's state says how it went."""
+    """Metrics and the log line of one finished request: what the route left in the scope's
+    state says how it went."""
     state = scope.get("state", {})
     outcome = "ok" if status < 400 else "client_error" if status < 500 else "error"
     relayed = state.get(RELAYED_STATE_KEY)

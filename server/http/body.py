@@ -27,8 +27,8 @@ log = logging.getLogger("rehearsal_gateway.server")
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes.
 
-    On the bare ASGI ``scope`` and ``receive`` (a route passes its request's), so that the chat
-    lane (``server/http/lane.py``) reads a body exactly as the routes do.
+    On the bare ASGI ``scope`` and ``receive`` (a route passes its request's): Starlette's
+    ``Request.body()`` knows neither the limit nor the timeout.
     """
     _check_declared(scope, limit)
     state: GatewayState = scope["state"][STATE_KEY]
@@ -43,22 +43,6 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     except TimeoutError:
         state.metrics.client_disconnected("body_timeout")
         raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
-
-
-def whole_body(body: bytes, limit: int) -> bytes:
-    """A body that arrived whole with its head, checked as ``read_body`` checks one.
-
-    The chat lane takes it off uvicorn's request cycle when nothing is left to wait for, so it
-    pays for no ``receive`` and no deadline (~200 Python opcodes of a pass-through). Its length
-    is all there is to check: llhttp, uvicorn's parser, ended the message at its declared
-    ``Content-Length`` and answers a malformed one with a 400 before any route sees it
-    (``tests/server/test_lane.py``), so the header says nothing the body does not. Reading it
-    anyway meant a dict of every header per request, 2% of a small pass-through's CPU samples
-    in py-spy at 16 clients.
-    """
-    if len(body) > limit:
-        raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
-    return body
 
 
 def _check_declared(scope: Scope, limit: int) -> None:

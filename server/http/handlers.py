@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Scope, Send
 
 from server.errors import (
     BodyTimeout,
@@ -41,14 +42,6 @@ def add_error_handlers(app: FastAPI) -> None:
     for exc_type, handler in _HANDLERS.items():
         app.add_exception_handler(exc_type, handler)
     app.add_exception_handler(Exception, _internal_error)
-
-
-def handler_for(exc: Exception) -> Handler | None:
-    """The handler the app would answer ``exc`` with (None: a 500, Starlette's to send)."""
-    for cls in type(exc).__mro__:
-        if (handler := _HANDLERS.get(cls)) is not None:
-            return handler
-    return None
 
 
 def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> Response:
@@ -94,3 +87,15 @@ _HANDLERS: dict[type[Exception], Handler] = {
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s", request.url.path, exc_info=exc)
     return Response(internal_error_body(), 500, media_type="application/json")
+
+
+async def send_internal_error(scope: Scope, exc: Exception, send: Send) -> None:
+    """The generic 500 for an error no route handled, logged with its traceback: what the app's
+    handler for ``Exception`` answers, sent from inside the middleware stack so that the
+    answer still carries the request id (Starlette runs that handler outside every middleware).
+    """
+    log.exception("unhandled error on %s", scope["path"], exc_info=exc)
+    body = internal_error_body()
+    head = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 500, "headers": head})
+    await send({"type": "http.response.body", "body": body})

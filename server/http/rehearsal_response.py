@@ -38,32 +38,50 @@ def sse(chunk: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
-class RehearsalResponse(Response):
-    """An ASGI response that rehearses, then streams the committed turn."""
+class RehearsingStream(Response):
+    """An SSE answer produced while a rehearsal runs: the chat and the Responses streams.
 
-    def __init__(self, rehearsal: RehearsalRun) -> None:
+    Sends the SSE head with ``X-Rehearsal-Id``, then the body a subclass's ``serve`` writes; a
+    client gone mid-way ends it quietly (``until_disconnect`` cancels the work), and however it
+    ends, the outcome and the rehearsal summary are written back to the request's state for
+    its log line and metrics (``server/http/accounting.py``).
+    """
+
+    def __init__(self, rehearsal_id: str) -> None:
         # Response.__init__ is skipped on purpose: the body is produced while rehearsing.
-        self.rehearsal = rehearsal
-        self.include_usage = rehearsal.include_usage
+        self.rehearsal_id = rehearsal_id
         self.status_code = 200
         self.background = None
         self.outcome = "ok"
         self.summary: dict[str, Any] | None = None
-        self.writer = ChunkWriter(rehearsal.completion_id, rehearsal.model, rehearsal.created)
-        self.frames: asyncio.Queue[bytes | object] = asyncio.Queue()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [*SSE_HEADERS, (b"x-rehearsal-id", self.rehearsal.rehearsal_id.encode())]
+        headers = [*SSE_HEADERS, (b"x-rehearsal-id", self.rehearsal_id.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         try:
             with contextlib.suppress(ClientDisconnected):
-                await until_disconnect(scope, receive, self._serve(send))
+                await until_disconnect(scope, receive, self.serve(send))
         finally:
             state = scope.setdefault("state", {})
             state[OUTCOME_STATE_KEY] = self.outcome
             state[REHEARSAL_STATE_KEY] = self.summary
 
-    async def _serve(self, send: Send) -> None:
+    async def serve(self, send: Send) -> None:
+        """Write the body, ending with a last ``http.response.body``; set outcome and summary."""
+        raise NotImplementedError  # pragma: no cover - each subclass writes its own body
+
+
+class RehearsalResponse(RehearsingStream):
+    """The chat completion's rehearsed stream: progress, then the committed turn's chunks."""
+
+    def __init__(self, rehearsal: RehearsalRun) -> None:
+        super().__init__(rehearsal.rehearsal_id)
+        self.rehearsal = rehearsal
+        self.include_usage = rehearsal.include_usage
+        self.writer = ChunkWriter(rehearsal.completion_id, rehearsal.model, rehearsal.created)
+        self.frames: asyncio.Queue[bytes | object] = asyncio.Queue()
+
+    async def serve(self, send: Send) -> None:
         producer = asyncio.create_task(self._produce())
         try:
             await self._pump(send)

@@ -4,7 +4,7 @@ Uvicorn does not stop an app whose client went away (its ``send`` silently drops
 the work in progress — the engine call or the stream relay — is cancelled when the connection is
 lost, which closes the upstream connection and makes the engine abort the request. The
 gateway's own uvicorn protocol says so through the request's ``ClientGone``
-(``server/http/header_timeout.py``); under any other server a watcher task reads ``receive``
+(``server/http/client_gone.py``); under any other server a watcher task reads ``receive``
 for ``http.disconnect``.
 
 A stream is relayed chunk by chunk as the engine's socket delivers it, with no re-framing: the
@@ -29,7 +29,7 @@ from server.chat_call import JsonAnswer
 from server.engines.calls import StreamAnswer
 from server.engines.streams import DONE
 from server.errors import EngineError, EngineTimeout, sse_error_event
-from server.http.header_timeout import CLIENT_GONE_KEY
+from server.http.client_gone import CLIENT_GONE_KEY
 
 T = TypeVar("T")
 
@@ -135,11 +135,11 @@ class StreamRelay(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             with contextlib.suppress(ClientDisconnected):
-                await until_disconnect(scope, receive, self._pump(send))
+                await until_disconnect(scope, receive, self.pump(send))
         finally:
             await self.answer.close()
 
-    async def _pump(self, send: Send) -> None:
+    async def pump(self, send: Send) -> None:
         headers = SSE_HEADERS + [
             (name.encode("latin-1"), value.encode("latin-1"))
             for name, value in self.answer.headers.items()

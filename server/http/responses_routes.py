@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
 from server.chat.responses import RehearsedResponse
 from server.engines.calls import StreamAnswer
 from server.errors import GatewayError, envelope
 from server.http.body import read_body
 from server.http.openapi import ENGINE_ERRORS, errors, json_answer, request_body
+from server.http.rehearsal_response import RehearsingStream
 from server.http.relay import (
-    SSE_HEADERS,
-    ClientDisconnected,
     StreamRelay,
     json_response,
     until_disconnect,
@@ -83,30 +81,14 @@ async def create_response(request: Request) -> Response:
     return json_response(answer)
 
 
-class ResponsesStream(Response):
+class ResponsesStream(RehearsingStream):
     """An ASGI response that rehearses, then streams the committed turn as Responses events."""
 
     def __init__(self, answer: RehearsedResponse) -> None:
-        # Response.__init__ is skipped on purpose: the body is produced while rehearsing.
+        super().__init__(answer.rehearsal.rehearsal_id)
         self.answer = answer
-        self.status_code = 200
-        self.background = None
-        self.outcome = "ok"
-        self.summary: dict[str, Any] | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        rehearsal_id = self.answer.rehearsal.rehearsal_id.encode()
-        headers = [*SSE_HEADERS, (b"x-rehearsal-id", rehearsal_id)]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        try:
-            with contextlib.suppress(ClientDisconnected):
-                await until_disconnect(scope, receive, self._serve(send))
-        finally:
-            state = scope.setdefault("state", {})
-            state[OUTCOME_STATE_KEY] = self.outcome
-            state[REHEARSAL_STATE_KEY] = self.summary
-
-    async def _serve(self, send: Send) -> None:
+    async def serve(self, send: Send) -> None:
         async def body(chunk: bytes) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
 

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
 from fastapi import APIRouter
+from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import Receive, Scope
+from starlette.types import Scope
 
-from server.chat_call import JsonAnswer
 from server.engines.calls import StreamAnswer
 from server.errors import StoreUnavailable
 from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY
-from server.http.body import read_body, whole_body
+from server.http.body import read_body
 from server.http.openapi import ENGINE_ERRORS, errors, json_answer, request_body
 from server.http.rehearsal_response import RehearsalResponse
 from server.http.relay import StreamRelay, json_response, until_disconnect
@@ -37,34 +38,12 @@ router = APIRouter()
 JSON = "application/json"
 
 
-@router.post(
-    "/v1/chat/completions",
-    openapi_extra=request_body(ChatCompletionRequest),
-    responses={
-        **json_answer(ChatCompletion, "The completion, or its chunks as SSE", streams=True),
-        **errors(*ENGINE_ERRORS),
-    },
-)
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions (non-stream and SSE)."""
-    answer = await answer_chat(request.scope, request.receive)
-    return answer if isinstance(answer, Response) else json_response(answer)
-
-
-async def answer_chat(
-    scope: Scope, receive: Receive, body: bytes | None = None
-) -> Response | JsonAnswer:
-    """The chat endpoint on a bare ASGI scope and ``receive``: the route's, and the chat lane's
-    (``server/http/lane.py``), which has no Starlette ``Request`` to build and may hold the
-    whole ``body`` already. A whole answer comes back as it is, for the lane to write in one
-    piece; a stream or a rehearsal as the response that runs it."""
+    scope = request.scope
     notes = scope["state"]
     state: GatewayState = notes[STATE_KEY]
-    limit = state.settings.max_body_bytes
-    if body is None:
-        raw = await read_body(scope, receive, limit)
-    else:
-        raw = whole_body(body, limit)
+    raw = await read_body(scope, request.receive, state.settings.max_body_bytes)
     headers = headers_of(scope)
     call = state.chat.prepare(
         raw,
@@ -74,7 +53,7 @@ async def answer_chat(
     )
     if state.settings.log_content:
         notes[CONTENT_STATE_KEY] = call.body["messages"]
-    answer = await until_disconnect(scope, receive, state.chat.complete(call))
+    answer = await until_disconnect(scope, request.receive, state.chat.complete(call))
     notes[MODE_STATE_KEY] = answer.mode
     if isinstance(answer, StreamAnswer):
         return StreamRelay(answer)
@@ -84,7 +63,33 @@ async def answer_chat(
         notes[OUTCOME_STATE_KEY] = answer.outcome
     if answer.rehearsal is not None:
         notes[REHEARSAL_STATE_KEY] = answer.rehearsal
-    return answer
+    return json_response(answer)
+
+
+class DirectRoute(APIRoute):
+    """A declared route whose endpoint takes the ``Request`` and returns the ``Response`` itself.
+
+    FastAPI's documented hook for a custom route class (``APIRoute.get_route_handler``): the
+    endpoint is the handler, so no dependencies are solved and no response model is rendered
+    for it (an endpoint that reads its own body has neither). The route is matched, documented
+    and wrapped in the app's exception handling as any other.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        return self.endpoint
+
+
+router.add_api_route(
+    "/v1/chat/completions",
+    chat_completions,
+    methods=["POST"],
+    route_class_override=DirectRoute,
+    openapi_extra=request_body(ChatCompletionRequest),
+    responses={
+        **json_answer(ChatCompletion, "The completion, or its chunks as SSE", streams=True),
+        **errors(*ENGINE_ERRORS),
+    },
+)
 
 
 # The headers the chat route reads: ``X-Session-Id`` and the knobs (``rehearsal/budget.py``).

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import httpx
 from starlette.requests import Request
 
 from server.chat.responses import ResponsesService
@@ -38,7 +37,6 @@ class GatewayState:
     settings: GatewaySettings
     metrics: GatewayMetrics
     keyring: ApiKeyRing
-    http: httpx.AsyncClient
     pool: EnginePool
     engines: EngineClient
     chat: ChatService

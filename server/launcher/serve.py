@@ -114,18 +114,21 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
-    """The uvicorn options that make the gateway's edges: drain, keep-alive, header timeout."""
-    from server.http.header_timeout import HeaderTimeoutProtocol
+    """The uvicorn options that make the gateway's edges: drain, keep-alive, its protocol."""
+    from server.http.protocol import GatewayProtocol
 
-    HeaderTimeoutProtocol.header_timeout = settings.header_timeout
     return {
         # SIGTERM: stop accepting, let in-flight requests finish within the grace (a rehearsal
         # may run to its deadline cap plus one commit), then stop. deploy/ follows this setting.
         "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace_s),
         "timeout_keep_alive": settings.keepalive_s,
-        # An import string, so that worker processes load the class (and read the setting). It
-        # is HeaderTimeoutProtocol with the chat lane (server/http/lane.py).
-        "http": "server.http.lane:LaneProtocol",
+        # A class (uvicorn's ``http`` option takes one): header timeout, one-write answers and
+        # disconnect signals (server/http/protocol.py). Worker processes receive it pickled, by
+        # name; the timeout itself comes from each worker's app (its lifespan state).
+        "http": GatewayProtocol,
+        # The gateway serves no WebSocket route; uvicorn then loads no WebSocket library (one
+        # whose deprecated module older uvicorn imports, warning at every start).
+        "ws": "none",
         # Nothing in the gateway reads the client's address or scheme, so X-Forwarded-* need not
         # be applied to every request by uvicorn's middleware for it;
         # nor is ``server: uvicorn`` worth a header on every answer.

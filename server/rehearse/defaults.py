@@ -14,25 +14,11 @@ from server.settings import REHEARSAL_PRIORITY, GatewaySettings
 
 
 def budget_defaults(settings: GatewaySettings) -> Budget:
-    return Budget(
-        mode=settings.rehearsal_mode,
-        budget=settings.rehearsal_budget,
-        depth=settings.rehearsal_depth,
-        commit=settings.rehearsal_commit,
-        deadline_ms=settings.rehearsal_deadline_ms,
-        temperature=settings.rehearsal_temperature,
-        top_p=settings.rehearsal_top_p,
-        early_exit=settings.rehearsal_early_exit,
-        repair=settings.rehearsal_repair,
-    )
+    return settings.values_for(Budget, prefix="rehearsal_")
 
 
 def budget_caps(settings: GatewaySettings) -> BudgetCaps:
-    return BudgetCaps(
-        max_budget=settings.max_budget,
-        max_depth=settings.max_depth,
-        max_deadline_ms=settings.max_deadline_ms,
-    )
+    return settings.values_for(BudgetCaps)
 
 
 def planner_settings(settings: GatewaySettings) -> PlannerSettings:
@@ -50,18 +36,7 @@ def planner_settings(settings: GatewaySettings) -> PlannerSettings:
 
 
 def trust_settings(settings: GatewaySettings) -> TrustSettings:
-    return TrustSettings(
-        enabled=settings.trust_enabled,
-        min_samples=settings.trust_min_samples,
-        trust_threshold=settings.trust_threshold,
-        lift_threshold=settings.trust_lift_threshold,
-        risk_ratio=settings.trust_risk_ratio,
-        min_vetoes=settings.trust_min_vetoes,
-        off_threshold=settings.trust_off_threshold,
-        auto_off=settings.trust_auto_off,
-        window=settings.trust_window,
-        pins=dict(settings.trust_pins),
-    )
+    return settings.values_for(TrustSettings, prefix="trust_", pins=dict(settings.trust_pins))
 
 
 def rehearse_priority(settings: GatewaySettings) -> int | None:

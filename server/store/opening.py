@@ -24,15 +24,13 @@ IN_PROCESS_NOTE = (
 
 
 def lifetimes(settings: GatewaySettings) -> Lifetimes:
-    return Lifetimes(
+    return settings.values_for(
+        Lifetimes,
         trace_s=settings.trace_ttl_s,
         pending_s=settings.pending_ttl_s,
         memory_s=settings.memory_ttl_s,
         grounding_s=settings.grounding_ttl_s,
-        memory_max_entries=settings.memory_max_entries,
-        grounding_max_per_tool=settings.grounding_max_per_tool,
         trust_s=settings.trust_ttl_s,
-        trust_window=settings.trust_window,
     )
 
 

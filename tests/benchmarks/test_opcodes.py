@@ -32,18 +32,18 @@ def test_tiny_run_counts_every_front() -> None:
     per = {name: float(count.replace(",", "")) for name, count, _ in ROW.findall(done.stdout)}
     assert set(per) == {"gateway", "python floor", "bare floor", f"gateway at {ROOT.name}"}
     assert per["python floor"] > 1000  # aiohttp and uvicorn alone run thousands
-    assert 100 < per["bare floor"] < 1000  # httptools' callbacks and our wire, nothing else
-    # Its own logic runs thousands too; on the chat lane (server/http/lane.py) and the lean
-    # wire it now runs fewer than the floor's uvicorn cycle and aiohttp client.
-    assert 1000 < per["gateway"] < per["python floor"]
+    assert 100 < per["bare floor"] < per["python floor"]  # no ASGI server: httptools and aiohttp
+    # Its own logic and its ASGI stack run thousands more than the bare floor.
+    assert per["gateway"] > 1000
+    assert per["bare floor"] < per["gateway"]
     assert 0.9 < per[f"gateway at {ROOT.name}"] / per["gateway"] < 1.1
     # By area, a column per front: the gateway's own modules run, the floor has none of them.
     http = re.search(r"^\| server/http \| ([\d,]+) \| 0 \| 0 \| ([\d,]+) \|$", done.stdout, re.M)
     assert http is not None, done.stdout
     assert int(http.group(1).replace(",", "")) > 100
     assert re.search(r"^\| uvicorn \| [\d,]+ \| [1-9][\d,]* \| 0 \|", done.stdout, re.M)
-    # The lane builds no Starlette request and runs no Starlette middleware on a pass-through.
-    assert not re.search(r"^\| starlette \| [1-9]", done.stdout, re.M), done.stdout
+    # A pass-through takes the one ASGI stack: Starlette's router and request run for it.
+    assert re.search(r"^\| starlette \| [1-9]", done.stdout, re.M), done.stdout
 
 
 @pytest.mark.slow

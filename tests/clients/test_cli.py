@@ -86,10 +86,15 @@ def test_trace_into_a_closed_pipe_is_quiet(stack: Stack) -> None:
     argv = cli_argv("trace", rehearsal_id.group(1), "--json", "--url", stack.gateway.url,
                     "--api-key", API_KEY)  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    proc.stdout.close()  # the reader leaves before the trace is printed
-    stderr = proc.stderr.read().decode()
-    proc.stderr.close()
-    assert proc.wait(timeout=60) == 141
+    try:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()  # the reader leaves before the trace is printed
+        stderr = proc.stderr.read().decode()
+        proc.stderr.close()
+        assert proc.wait(timeout=60) == 141
+    finally:  # never left running, however the checks above end
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert stderr == ""

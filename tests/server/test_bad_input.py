@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from server.chat.precheck import HeadPrecheck
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL
 from tests.support import inprocess
 from tests.support.inprocess import InProcessGateway
@@ -262,7 +263,7 @@ def test_a_pass_through_gets_one_answer_with_or_without_the_precheck(
 ) -> None:
     """The Rust pre-check (``server/chat/precheck.py``) changes who checks, never the answer."""
     if precheck == "pydantic alone":
-        monkeypatch.setattr("server.chat.service.PRECHECK", None)
+        monkeypatch.setattr(HeadPrecheck, "fields", lambda self, body: None)
     response = post(gateway, content)
     if status == 200:
         assert response.status_code == 200, response.text

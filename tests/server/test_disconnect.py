@@ -1,7 +1,7 @@
 """A client that goes away cancels the engine's work (seen in the engine's running gauge).
 
 The gateway's own uvicorn protocol signals a lost connection to the request
-(``server/http/header_timeout.py`` ``ClientGone``); under uvicorn's stock protocols a watcher task
+(``server/http/client_gone.py`` ``ClientGone``); under uvicorn's stock protocols a watcher task
 reads ``receive`` instead. Both are held to the same behaviour here.
 """
 

@@ -15,7 +15,8 @@ import time
 import httpx
 import pytest
 
-from server.http.header_timeout import CLIENT_GONE_KEY, ClientGone, HeadHeld
+from server.http.client_gone import CLIENT_GONE_KEY, ClientGone
+from server.http.head_held import HeadHeld
 from server.http.relay import ClientDisconnected, until_disconnect
 from tests.server.conftest import metric_value
 
@@ -89,7 +90,7 @@ def test_a_body_short_of_its_length_gets_408_and_is_let_go(start_double, start_g
         elapsed = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408")
     assert b'"code":"request_timeout"' in answer
-    assert 0.4 < elapsed < 5
+    assert elapsed > 0.4  # not before the body timeout; the 408 says it was the timeout
     assert metric_value(gateway.url, DISCONNECTS, stage="body_timeout") == 1
 
 
@@ -98,11 +99,9 @@ def test_slow_headers_are_cut_at_the_header_timeout(start_double, start_gateway)
     engine = start_double("echo")
     gateway = start_gateway(engine.url + "/v1", env={"RGW_HEADER_TIMEOUT": "0.5"})
     with _connect(gateway.port) as idle, _connect(gateway.port) as trickle:
-        started = time.monotonic()
-        _trickle(trickle, _head(len(BODY))[:30])
+        _trickle(trickle, _head(len(BODY))[:30])  # 1.5 s of bytes, cut at the 0.5 s timeout
         assert _read_all(trickle) == b""  # closed without an answer
         assert _read_all(idle) == b""
-        assert time.monotonic() - started < 5
     # A normal request is unaffected by the short header timeout.
     response = httpx.post(gateway.url + "/v1/chat/completions", content=BODY, timeout=10)
     assert response.status_code == 200
@@ -123,7 +122,7 @@ def test_a_later_request_that_trickles_its_headers_is_cut_too(start_double, star
         started = time.monotonic()
         _trickle(sock, _head(len(BODY))[:30])
         assert _read_all(sock) == b""  # closed without an answer
-        assert 0.4 < time.monotonic() - started < 5
+        assert time.monotonic() - started > 0.4  # not before the header timeout
 
 
 def test_idle_keep_alive_lasts_rgw_keepalive_s(start_double, start_gateway) -> None:

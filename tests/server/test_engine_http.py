@@ -1,31 +1,30 @@
-"""The gateway's HTTP client to engines, built as the lifespan builds it, against real sockets.
+"""The engine client on the transport the lifespan builds, against real sockets.
 
-Each test pins a behaviour the hand-written transport this client replaced got wrong, with a
-small raw-socket engine where the twin cannot misbehave in the needed way: idle sockets are
+A small raw-socket engine where the twin cannot misbehave in the needed way: idle sockets are
 closed, a socket the engine closed is not reused, a close-delimited answer is accepted, streamed
-chunks arrive as sent, https engines get the same client, and a discovered https engine is
-addressed by IP but checked against its name. One more holds the direct aiohttp path and the
-lean wire for whole answers (``server/engines/wire.py``) to what httpx's path sends and returns.
-The whole-answer behaviours run on aiohttp and on the wire alike (``WHOLE``); the wire's own
-edges are in ``tests/server/test_wire.py``.
+chunks arrive as sent, a wait for a pooled connection is not an unreachable engine, https engines
+get the same client, and a discovered https engine is addressed by IP but checked against its
+name. What is transport-neutral (the bytes and headers sent, a refusal, a 4xx in the engine's
+words) runs on httpx's transport too (``benchmarks/transports.py``), so the seam
+(``server/engines/transport.py``) means the same on both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 import trustme
 
-from server.engines.client import EngineClient, engine_http_client
+from benchmarks.transports import HttpxTransport
+from server.engines.client import EngineClient, Waits
 from server.engines.pool import Engine
-from server.engines.wire import Wire
+from server.engines.transport import EngineTransport
+from server.engines.transports import AiohttpTransport, tls_context
 from server.errors import EngineRejected, EngineUnavailable
 from server.settings import EngineSpec, GatewaySettings
 from server.telemetry.metrics import GatewayMetrics
@@ -86,28 +85,27 @@ def keep_alive_answer(body: bytes = ANSWER, kind: bytes = JSON_KIND) -> bytes:
     return head % (kind, len(body)) + body
 
 
-def client_for(wire: bool = False, **settings: object) -> EngineClient:
-    """The client as the lifespan builds it; ``wire``: whole answers on ``Wire``, as it serves."""
+def client_for(transport: str = "aiohttp", **settings: object) -> EngineClient:
+    """The client as the lifespan builds it; ``transport="httpx"``: on httpx's transport."""
     gateway = GatewaySettings(engines=["http://127.0.0.1:1/v1"], **settings)  # type: ignore[arg-type]
-    lean = Wire(gateway.connect_timeout, gateway.engine_keepalive_s) if wire else None
-    return EngineClient(engine_http_client(gateway), GatewayMetrics(None), 1.0, wire=lean)
+    chosen: EngineTransport = AiohttpTransport.of(gateway)
+    if transport == "httpx":
+        chosen = HttpxTransport(tls=tls_context(gateway))
+    return EngineClient(chosen, GatewayMetrics(None), 1.0, Waits.of(gateway))
 
 
 async def close(client: EngineClient) -> None:
-    if client.wire is not None:
-        client.wire.close()
-    await client.http.aclose()
+    await client.transport.aclose()
 
 
-WHOLE = pytest.mark.parametrize("wire", [False, True], ids=["aiohttp", "wire"])
+EITHER = pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
 
 
 def engine(url: str, **spec: object) -> Engine:
     return Engine(EngineSpec(url=url, **spec), max_concurrency=4)  # type: ignore[arg-type]
 
 
-@WHOLE
-async def test_idle_sockets_are_closed(wire: bool) -> None:
+async def test_idle_sockets_are_closed() -> None:
     """A kept-alive socket nobody uses is closed by the gateway, not kept for a departed engine."""
     closed = asyncio.Event()
 
@@ -119,15 +117,15 @@ async def test_idle_sockets_are_closed(wire: bool) -> None:
         closed.set()
         writer.close()
 
-    client = client_for(wire, engine_keepalive_s=0.2)
+    client = client_for(engine_keepalive_s=0.2)
     async with raw_engine(handler) as port:
         await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
         await asyncio.wait_for(closed.wait(), timeout=5)
     await close(client)
 
 
-@WHOLE
-async def test_a_socket_the_engine_closed_is_not_reused(wire: bool) -> None:
+@EITHER
+async def test_a_socket_the_engine_closed_is_not_reused(transport: str) -> None:
     """The engine drops idle keep-alive sockets (as uvicorn does); the next call still works."""
     connections = 0
 
@@ -140,7 +138,7 @@ async def test_a_socket_the_engine_closed_is_not_reused(wire: bool) -> None:
         await asyncio.sleep(0.05)
         writer.close()  # without saying so: no "connection: close"
 
-    client = client_for(wire)
+    client = client_for(transport)
     async with raw_engine(handler) as port:
         target = engine(f"http://127.0.0.1:{port}/v1")
         for _ in range(3):
@@ -150,8 +148,8 @@ async def test_a_socket_the_engine_closed_is_not_reused(wire: bool) -> None:
     assert connections == 3
 
 
-@WHOLE
-async def test_a_close_delimited_answer_is_accepted(wire: bool) -> None:
+@EITHER
+async def test_a_close_delimited_answer_is_accepted(transport: str) -> None:
     """An answer without a length or chunks, ended by closing the socket, is read whole."""
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -163,17 +161,15 @@ async def test_a_close_delimited_answer_is_accepted(wire: bool) -> None:
         await writer.drain()
         writer.close()
 
-    client = client_for(wire)
+    client = client_for(transport)
     async with raw_engine(handler) as port:
         assert await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act") == ANSWER
     await close(client)
 
 
-async def test_a_whole_answer_is_the_same_on_every_path() -> None:
-    """A whole answer goes on the lean wire (as the gateway serves plain-HTTP engines), straight
-    on the aiohttp session, or through httpx with another transport: every way the engine gets
-    the caller's bytes and the same headers, and the caller gets the engine's bytes, or its 4xx
-    in the engine's words."""
+async def test_a_whole_answer_is_the_same_on_every_transport() -> None:
+    """Every transport sends the caller's bytes with the same headers, and hands back the
+    engine's bytes, or its 4xx in the engine's words."""
     requests: list[bytes] = []
     rejection = b'{"error":{"message":"too long","type":"BadRequestError","param":"messages"}}'
 
@@ -189,23 +185,15 @@ async def test_a_whole_answer_is_the_same_on_every_path() -> None:
         writer.close()
         await writer.wait_closed()
 
-    gateway = GatewaySettings(engines=["http://127.0.0.1:1/v1"])
-    direct = client_for()
-    through_httpx = EngineClient(
-        engine_http_client(gateway, httpx.AsyncHTTPTransport()), GatewayMetrics(None), 1.0
-    )
-    on_wire = client_for(wire=True)
     async with raw_engine(handler) as port:
         target = engine(f"http://127.0.0.1:{port}/v1")
-        for client in (direct, through_httpx, on_wire):
+        for client in (client_for("aiohttp"), client_for("httpx")):
             assert await client.chat(target, BODY, "act") == ANSWER
             with pytest.raises(EngineRejected) as caught:
                 await client.chat(target, b"reject", "act")
             assert (caught.value.status, caught.value.param) == (400, "messages")
             await close(client)
-    assert direct._session() is not None
-    assert through_httpx._session() is None
-    assert len(requests) == 6
+    assert len(requests) == 4
     for request in requests:
         head, _, body = request.partition(b"\r\n\r\n")
         lines = {line.lower() for line in head.split(b"\r\n")[1:]}
@@ -214,7 +202,8 @@ async def test_a_whole_answer_is_the_same_on_every_path() -> None:
         assert body in (BODY, b"reject")
 
 
-async def test_stream_chunks_arrive_as_sent() -> None:
+@EITHER
+async def test_stream_chunks_arrive_as_sent(transport: str) -> None:
     """The first chunk of a stream is handed over before the engine sends the rest."""
     go_on = asyncio.Event()
 
@@ -230,30 +219,32 @@ async def test_stream_chunks_arrive_as_sent() -> None:
         await writer.drain()
         writer.close()
 
-    client = client_for()
+    client = client_for(transport)
     async with raw_engine(handler) as port:
-        started = time.monotonic()
+        # The engine holds the rest until ``go_on``: a client that waited for it would hang here.
         stream = await client.open_stream(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
         assert stream.first == b"data: {}\n\n"
-        assert time.monotonic() - started < 2
         go_on.set()
         assert b"".join([part async for part in stream.rest()]) == b"data: [DONE]\n\n"
         await stream.aclose()
-    await client.http.aclose()
+    await close(client)
 
 
-@WHOLE
-async def test_a_refused_engine_is_unavailable(wire: bool) -> None:
+@EITHER
+async def test_a_refused_engine_is_unavailable(transport: str) -> None:
     """Nothing listening: the engine error that moves a call to another engine."""
     async with raw_engine(lambda r, w: w.close()) as port:
         pass  # the port is free again
-    client = client_for(wire)
+    client = client_for(transport)
     with pytest.raises(EngineUnavailable):
         await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
     await close(client)
 
 
-async def test_waiting_for_a_pooled_connection_is_not_an_unreachable_engine() -> None:
+@EITHER
+async def test_waiting_for_a_pooled_connection_is_not_an_unreachable_engine(
+    transport: str,
+) -> None:
     """More calls than pooled connections wait for one (within their own bound), whole and streamed.
 
     aiohttp bounds "a pooled connection or a new socket" with one timeout and raises the same
@@ -281,7 +272,7 @@ async def test_waiting_for_a_pooled_connection_is_not_an_unreachable_engine() ->
         writer.close()
 
     # One slot per engine: (1 + 4) pooled connections, so the sixth call waits ~0.5 s for one.
-    client = client_for(engine_max_concurrency=1, queue_timeout=0.1, connect_timeout=0.1)
+    client = client_for(transport, engine_max_concurrency=1, queue_timeout=0.1, connect_timeout=0.1)
     async with raw_engine(handler) as port:
         target = engine(f"http://127.0.0.1:{port}/v1")
         whole = [client.chat(target, BODY, "act", bound_s=5) for _ in range(6)]
@@ -295,7 +286,7 @@ async def test_waiting_for_a_pooled_connection_is_not_an_unreachable_engine() ->
                 await stream.aclose()
 
         assert await asyncio.gather(*(streamed() for _ in range(6))) == [STREAM] * 6
-    await client.http.aclose()
+    await close(client)
     assert calls == 12
 
 
@@ -310,8 +301,9 @@ def tls(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
     return context, bundle
 
 
+@EITHER
 async def test_https_engines_use_the_same_client_and_names_survive_discovery(
-    tls: tuple[ssl.SSLContext, Path],
+    tls: tuple[ssl.SSLContext, Path], transport: str
 ) -> None:
     """A discovered https engine is called at its address, but TLS checks the group's name."""
     context, bundle = tls
@@ -324,12 +316,12 @@ async def test_https_engines_use_the_same_client_and_names_survive_discovery(
         await writer.drain()
         writer.close()
 
-    client = client_for(engine_ca_file=str(bundle))
+    client = client_for(transport, engine_ca_file=str(bundle))
     async with raw_engine(handler, context) as port:
         by_address = engine(f"https://127.0.0.1:{port}/v1", tls_name="engine.test")
         assert await client.chat(by_address, BODY, "act") == ANSWER
         wrong = engine(f"https://127.0.0.1:{port}/v1")  # no name: the certificate does not match
         with pytest.raises(EngineUnavailable):
             await client.chat(wrong, BODY, "act")
-    await client.http.aclose()
+    await close(client)
     assert hosts == [f"host: engine.test:{port}".encode()]

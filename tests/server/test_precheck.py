@@ -21,10 +21,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from benchmarks.bodies import build_bodies
-from server.chat.precheck import PRECHECK, HeadPrecheck, build_precheck
+from server.chat.precheck import HeadPrecheck, build_precheck
 from server.chat_call import HeadFields
 from server.protocol import ChatRequestHead
 
+# One pre-check for the module, built as the lifespan builds an app's.
+PRECHECK = build_precheck()
 BODIES = [orjson.loads(raw) for raw in build_bodies("small", 6, 7) + build_bodies("agent", 6, 7)]
 BODIES.append(
     {

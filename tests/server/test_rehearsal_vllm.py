@@ -18,6 +18,10 @@ from tests.support.procs import Proc
 from tests.support.vllm import SERVED_MODEL_NAME
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
+# The longest rehearsal deadline a request may ask for (RGW_MAX_DEADLINE_MS): on a busy host a
+# CPU engine's imaginations can outlast the default deadline, which would cut them (outcome
+# "timeout") and change what these tests look at, not what they are about.
+DEADLINE_MS = 120_000
 
 
 def _create(vllm_gateway: Proc, extra: dict[str, Any], **knobs: Any) -> Any:
@@ -26,7 +30,7 @@ def _create(vllm_gateway: Proc, extra: dict[str, Any], **knobs: Any) -> Any:
     ) as client:
         return client.chat.completions.create(
             model=SERVED_MODEL_NAME, messages=USER_ASKS, tools=[WEATHER_TOOL], seed=3,
-            max_tokens=48, extra_body={**extra, "rehearsal": knobs},
+            max_tokens=48, extra_body={**extra, "rehearsal": {"deadline_ms": DEADLINE_MS, **knobs}},
         )  # fmt: skip
 
 
@@ -78,7 +82,8 @@ def test_committed_logprobs_and_length_come_from_vllm(vllm_gateway: Proc) -> Non
     body: dict[str, Any] = {
         "model": SERVED_MODEL_NAME, "messages": USER_ASKS, "tools": [WEATHER_TOOL], "seed": 3,
         "max_tokens": 64, "logprobs": True, "top_logprobs": 1,
-        "rehearsal": {"mode": "parallel", "budget": 2}, **forced_tool_call_extra(),
+        "rehearsal": {"mode": "parallel", "budget": 2, "deadline_ms": DEADLINE_MS},
+        **forced_tool_call_extra(),
     }  # fmt: skip
     url = f"{vllm_gateway.url}/v1/chat/completions"
     whole = httpx.post(url, json=body, timeout=240).json()

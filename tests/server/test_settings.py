@@ -6,8 +6,10 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from server.rehearse.defaults import planner_settings
+from rehearsal.budget import Budget
+from server.rehearse.defaults import budget_caps, budget_defaults, planner_settings, trust_settings
 from server.settings import MASK, EngineSpec, GatewaySettings
+from server.store.opening import lifetimes
 
 
 def test_engines_aliases_and_keys_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,6 +67,28 @@ def test_masked_hides_every_secret() -> None:
         assert secret not in shown
     assert shown.count(MASK) == 3
     assert "redis:6379" in shown
+
+
+def test_values_for_maps_each_field_to_its_setting() -> None:
+    """Settings reach the core's and the store's dataclasses field by field, renames included."""
+    settings = GatewaySettings(
+        rehearsal_mode="sequential", rehearsal_budget=3, rehearsal_deadline_ms=1234,
+        max_budget=5, max_deadline_ms=4321, trust_enabled=False, trust_threshold=0.7,
+        trust_window=77, trust_pins={"f": "ignore_vetoes"}, trace_ttl_s=11, trust_ttl_s=12,
+        memory_max_entries=9,
+    )  # fmt: skip
+    budget = budget_defaults(settings)
+    assert (budget.mode, budget.budget, budget.deadline_ms) == ("sequential", 3, 1234)
+    assert budget.trace is Budget().trace  # no setting of that name: the dataclass's default
+    caps = budget_caps(settings)
+    assert (caps.max_budget, caps.max_deadline_ms) == (5, 4321)
+    trust = trust_settings(settings)
+    assert (trust.enabled, trust.trust_threshold, trust.window) == (False, 0.7, 77)
+    assert trust.pins == {"f": "ignore_vetoes"}
+    kept = lifetimes(settings)
+    assert (kept.trace_s, kept.trust_s, kept.memory_max_entries, kept.trust_window) == (
+        11, 12, 9, 77
+    )  # fmt: skip
 
 
 def test_rehearse_max_tokens_reaches_the_planner(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -126,7 +126,7 @@ async def test_close_cuts_what_outlives_the_grace(tmp_path: Path) -> None:
         writer.submit("settle", partial(store.save_trace, "t", "rh", {}))
         started = time.monotonic()
         assert await writer.close(grace_s=0.5) == 1
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 30  # cut, not left to the store's own 30 s timeout
         assert _count(metrics, "settle", "cut") == 1
     finally:
         proc.popen.send_signal(signal.SIGCONT)
@@ -181,9 +181,7 @@ async def test_a_writer_far_behind_makes_the_submitter_wait_for_its_write() -> N
     writer = StoreWriter(GatewayMetrics(), behind=2)
     gate = asyncio.Event()
     first = writer.submit("settle", gate.wait)
-    started = time.monotonic()
-    await writer.keep_up(first)  # one held: no wait
-    assert time.monotonic() - started < 0.5
+    await writer.keep_up(first)  # one held: no wait (the gate is shut: a wait never returns)
     writer.submit("settle", gate.wait)
     asyncio.get_running_loop().call_later(0.2, gate.set)
     third = writer.submit("settle", gate.wait)

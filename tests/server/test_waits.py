@@ -7,7 +7,6 @@ asyncio's own does in the same case.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -15,11 +14,9 @@ from server.telemetry.waits import WaitClock, current_clock, deadline, waiting
 
 
 async def test_a_block_past_its_deadline_raises_timeout_error() -> None:
-    started = time.monotonic()
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError):  # the sleep would outlast the test's own timeout
         async with deadline(0.05):
-            await asyncio.sleep(5)
-    assert time.monotonic() - started < 2
+            await asyncio.sleep(3600)
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +22,10 @@ from typing import Any
 
 import httpx
 import uvicorn
+from fastapi import FastAPI
 
 from server.app import create_app
+from server.engines.transport import EngineTransport
 from server.launcher import serve
 from server.telemetry.logs import REQUEST_LOGGER, JsonFormatter
 from tests.support.procs import free_port
@@ -80,10 +82,14 @@ def start_gateway(
     log_path: Path,
     env: Mapping[str, str] | None = None,
     uvicorn_options: Mapping[str, Any] | None = None,
+    prepare_app: Callable[[FastAPI], None] | None = None,
+    engine_transport: EngineTransport | None = None,
 ) -> InProcessGateway:
     """Serve ``rehearsal-gateway serve ARGS`` (no ``--port``: a free one is picked) in a thread.
 
-    ``uvicorn_options`` override what ``serve`` gives uvicorn (say, its stock ``http`` protocol).
+    ``uvicorn_options`` override what ``serve`` gives uvicorn (say, its stock ``http`` protocol);
+    ``prepare_app`` is called with the app before it starts (say, to add a middleware);
+    ``engine_transport`` replaces the network to the engines (``server/engines/testing.py``).
     """
     parser = argparse.ArgumentParser(prog="rehearsal-gateway")
     serve.register(parser.add_subparsers(dest="command", required=True))
@@ -91,7 +97,9 @@ def start_gateway(
     parsed = parser.parse_args(["serve", "--port", str(port), *args])
     with _environment(env or {}):
         settings = serve.settings_from_args(parsed)
-        app = create_app(settings)
+        app = create_app(settings, engine_transport=engine_transport)
+    if prepare_app is not None:
+        prepare_app(app)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(log_path)
     handler.setFormatter(JsonFormatter())

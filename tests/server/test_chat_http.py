@@ -1,111 +1,99 @@
-"""The chat lane (``server/http/lane.py``): the chat route served from uvicorn's request cycle.
+"""The chat route over HTTP/1.1: one ASGI stack for every request, and the edges of the protocol.
 
-Every other test of the chat route runs through the lane already (in-process gateways take the
-gateway's own protocol). Here: that it serves that route and nothing else, that it answers byte
-for byte as the ASGI stack does (``RGW_CHAT_LANE=false``), and the HTTP/1.1 edges it takes from
-uvicorn's cycle (keep-alive, pipelining, ``Connection: close``, ``Expect: 100-continue``) and
-the errors it must answer itself, on raw sockets.
+A middleware added to the app runs for chat completions (plain, streamed and rehearsed) as for
+every other route; on raw sockets, the chat route keeps a connection alive, pipelines, honours
+``Connection: close`` and ``Expect: 100-continue``, answers an unexpected error with the generic
+500 on a connection that lives on, and holds a chunked body to the limit however it arrives.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-from starlette.responses import Response
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-import server.http.lane as lane
-from tests.server.conftest import metric_value
+import server.http.routes as routes
+from server.chat.service import ChatService
+from tests.server.conftest import FAST_HEALTH, TWIN_MODEL, metric_value
+from tests.support import inprocess
+from tests.support.inprocess import InProcessGateway
 
 CHAT = "/v1/chat/completions"
-KEY = "sk-lane-test"
-HI = {"model": "EnvACE-Qwen3-8B", "messages": [{"role": "user", "content": "hi"}], "seed": 3}
-BODIES = [
-    orjson.dumps(HI),
-    orjson.dumps({**HI, "stream": True}),
-    orjson.dumps({**HI, "stream": True, "stream_options": {"include_usage": True}}),
-    b'{"model": "EnvACE-Qwen3-8B", "messages": []}',
-    b'{"model": "EnvACE-Qwen3-8B", "messages": [{"role": "user"}], "tools": 3}',
-    b"not json",
-    b'{"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}',
-    orjson.dumps({**HI, "rehearsal": {"budget": -1}}),
-    orjson.dumps({**HI, "padding": "x" * 70_000}),  # over the body limit set below
-]
-LIMITS = {"RGW_API_KEYS": KEY, "RGW_MAX_BODY_BYTES": "65536"}
-UNSTABLE = re.compile(rb'"(created|id)": ?("[^"]*"|\d+)')
+HI = {"model": TWIN_MODEL, "messages": [{"role": "user", "content": "hi"}], "seed": 3}
+ORDER_ID = {"type": "object", "properties": {"order_id": {"type": "string"}}}
+TOOLS = [{"type": "function", "function": {"name": "get_order", "parameters": ORDER_ID}}]
+SEEN_HEADER = (b"x-seen-by", b"recorder")
 
 
-class Counted:
-    """``serve_chat`` with a count of the requests it took."""
+class Recorder:
+    """A pure ASGI middleware of someone else's: notes each request and marks its answer."""
 
-    def __init__(self) -> None:
-        self.calls = 0
-        self.serve = lane.serve_chat
+    def __init__(self, app: ASGIApp, seen: list[tuple[str, str]]) -> None:
+        self.app = app
+        self.seen = seen
 
-    async def __call__(self, cycle: Any, gateway: Any) -> None:
-        self.calls += 1
-        await self.serve(cycle, gateway)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.seen.append((scope["method"], scope["path"]))
+
+        async def send_marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message["headers"], SEEN_HEADER]}
+            await send(message)
+
+        await self.app(scope, receive, send_marked)
 
 
 @pytest.fixture
-def counted(monkeypatch: pytest.MonkeyPatch) -> Counted:
-    counter = Counted()
-    monkeypatch.setattr(lane, "serve_chat", counter)
-    return counter
+def recorded(
+    start_twin: Callable[..., Any], tmp_path: Path
+) -> Iterator[tuple[InProcessGateway, list[tuple[str, str]]]]:
+    """A gateway in front of a twin with a ``Recorder`` added to its app, and what it saw."""
+    twin = start_twin("--latency", "zero", "--seed", "1")
+    seen: list[tuple[str, str]] = []
+
+    def add_recorder(app: FastAPI) -> None:
+        app.add_middleware(Recorder, seen=seen)
+
+    gateway = inprocess.start_gateway(
+        ["--engine", f"{twin.url}/v1"], log_path=tmp_path / "gateway.log", env=FAST_HEALTH,
+        prepare_app=add_recorder,
+    )  # fmt: skip
+    seen.clear()  # the start-up's health probes
+    yield gateway, seen
+    gateway.stop()
 
 
-def post(url: str, body: bytes, key: str | None = KEY, **headers: str) -> httpx.Response:
-    if key is not None:
-        headers["authorization"] = f"Bearer {key}"
-    headers.setdefault("x-request-id", "same-id")
-    headers["content-type"] = "application/json"
-    return httpx.post(url + CHAT, content=body, headers=headers)
-
-
-def test_the_lane_takes_the_chat_route_and_nothing_else(
-    start_twin, start_gateway, counted: Counted
+def test_a_middleware_added_to_the_app_runs_for_chat_completions_too(
+    recorded: tuple[InProcessGateway, list[tuple[str, str]]],
 ) -> None:
-    twin = start_twin("--latency", "zero", "--seed", "1")
-    gateway = start_gateway(f"{twin.url}/v1")
-    assert post(gateway.url, orjson.dumps(HI), key=None).status_code == 200
-    assert counted.calls == 1
-    assert httpx.get(gateway.url + "/v1/models").status_code == 200
-    assert httpx.get(gateway.url + CHAT).status_code == 405  # not POST: FastAPI answers
-    completions = {"model": "EnvACE-Qwen3-8B", "prompt": "hi", "max_tokens": 2}
-    assert httpx.post(gateway.url + "/v1/completions", json=completions).status_code == 200
-    assert httpx.post(gateway.url + CHAT + "/", json=HI).status_code == 307  # FastAPI: no slash
-    assert counted.calls == 1
-    off = start_gateway(f"{twin.url}/v1", env={"RGW_CHAT_LANE": "false"})
-    assert post(off.url, orjson.dumps(HI), key=None).status_code == 200
-    assert counted.calls == 1
-
-
-def test_the_lane_answers_as_the_asgi_stack_does(start_twin, start_gateway) -> None:
-    """The same requests to a gateway with the lane and one without: the same answers."""
-    twin = start_twin("--latency", "zero", "--seed", "1")
-    on = start_gateway(f"{twin.url}/v1", env=LIMITS)
-    off = start_gateway(f"{twin.url}/v1", env={**LIMITS, "RGW_CHAT_LANE": "false"})
-    cases = [(body, KEY) for body in BODIES] + [(orjson.dumps(HI), None), (b"{}", "sk-wrong")]
-    statuses = set()
-    for body, key in cases:
-        answers = []
-        for gateway in (on, off):
-            r = post(gateway.url, body, key=key)
-            head = {k: v for k, v in r.headers.items() if k != "date"}
-            answers.append((r.status_code, head, UNSTABLE.sub(rb'"\1":0', r.content)))
-        assert answers[0] == answers[1], body[:80]
-        assert answers[0][1]["x-request-id"] == "same-id"
-        statuses.add(answers[0][0])
-    assert statuses == {200, 400, 401, 404, 413}
-    for gateway in (on, off):
-        text = httpx.get(gateway.url + "/metrics").text
-        assert 'rehearsal_gateway_requests_total{mode="passthrough",outcome="ok"} 3.0' in text
-        assert metric_value(gateway.url, "rehearsal_gateway_in_flight_requests") == 0
+    """Plain, streamed and rehearsed chat completions pass an added middleware, as others do."""
+    gateway, seen = recorded
+    with httpx.Client(base_url=gateway.url, timeout=60) as client:
+        plain = client.post(CHAT, json=HI)
+        streamed = client.post(CHAT, json={**HI, "stream": True})
+        rehearsed = client.post(
+            CHAT, json={**HI, "tools": TOOLS, "rehearsal": {"mode": "parallel", "budget": 2}}
+        )
+        models = client.get("/v1/models")
+        refused = client.post(CHAT, content=b"not json")
+    for answer in (plain, streamed, rehearsed, models, refused):
+        assert answer.headers["x-seen-by"] == "recorder", answer.request.url
+    assert [plain.status_code, streamed.status_code, rehearsed.status_code] == [200] * 3
+    assert refused.status_code == 400
+    assert "rehearsal" in rehearsed.json()
+    assert streamed.text.rstrip().endswith("data: [DONE]")
+    assert seen == [("POST", CHAT)] * 3 + [("GET", "/v1/models"), ("POST", CHAT)]
 
 
 def read_answer(sock: socket.socket, buffer: bytearray) -> tuple[bytes, dict[str, str], bytes]:
@@ -133,6 +121,7 @@ def raw_request(body: bytes, *extra: str) -> bytes:
 
 
 def test_pipelined_requests_keep_alive_and_connection_close(start_twin, start_gateway) -> None:
+    """Two pipelined requests get two answers in order; ``Connection: close`` ends the socket."""
     twin = start_twin("--latency", "zero", "--seed", "1")
     gateway = start_gateway(f"{twin.url}/v1")
     first, second = orjson.dumps(HI), orjson.dumps({**HI, "seed": 4})
@@ -152,6 +141,7 @@ def test_pipelined_requests_keep_alive_and_connection_close(start_twin, start_ga
 
 
 def test_expect_100_continue(start_twin, start_gateway) -> None:
+    """A client that waits for ``100 Continue`` gets it when the route reads, then its answer."""
     twin = start_twin("--latency", "zero", "--seed", "1")
     gateway = start_gateway(f"{twin.url}/v1")
     body = orjson.dumps(HI)
@@ -168,18 +158,20 @@ def test_expect_100_continue(start_twin, start_gateway) -> None:
 def test_an_unexpected_error_is_a_generic_500_and_the_connection_lives(
     start_twin, start_gateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A bug in the chat path: the generic envelope with the request id, logged, socket kept."""
     twin = start_twin("--latency", "zero", "--seed", "1")
     gateway = start_gateway(f"{twin.url}/v1")
-    endpoint = lane.answer_chat
+    complete = ChatService.complete
 
-    async def broken(scope: Any, receive: Any, body: bytes | None) -> Response:
-        if (b"x-break", b"yes") in scope["headers"]:
+    async def broken(self: ChatService, call: Any) -> Any:
+        if call.session == "break-me":
             raise RuntimeError("a bug with a secret inside")
-        return await endpoint(scope, receive, body)
+        return await complete(self, call)
 
-    monkeypatch.setattr(lane, "answer_chat", broken)
+    monkeypatch.setattr(ChatService, "complete", broken)
     with httpx.Client(base_url=gateway.url) as client:
-        r = client.post(CHAT, json=HI, headers={"x-break": "yes", "x-request-id": "bug-1"})
+        headers = {"x-request-id": "bug-1", "x-session-id": "break-me"}
+        r = client.post(CHAT, json=HI, headers=headers)
         assert r.status_code == 500
         assert r.headers["x-request-id"] == "bug-1"
         assert r.json()["error"]["type"] == "internal_error"  # the app handler's envelope
@@ -193,37 +185,31 @@ def test_an_unexpected_error_is_a_generic_500_and_the_connection_lives(
 def test_an_error_after_the_answer_started_closes_the_connection(
     start_twin, start_gateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A stream that breaks after its first bytes ends the connection, and nothing stays in
+    flight."""
     twin = start_twin("--latency", "zero", "--seed", "1")
     gateway = start_gateway(f"{twin.url}/v1")
 
-    class Breaks(Response):
-        def __init__(self) -> None:
-            self.status_code = 200
-            self.background = None
-
+    class Breaks(routes.StreamRelay):
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await self.answer.close()
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
             raise RuntimeError("broke mid-stream")
 
-    async def breaks(scope: Any, receive: Any, body: bytes | None) -> Response:
-        return Breaks()
-
-    monkeypatch.setattr(lane, "answer_chat", breaks)
+    monkeypatch.setattr(routes, "StreamRelay", Breaks)
     # The answer ends mid-stream: an incomplete chunked body, or a reset if the close races it.
     with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
-        httpx.post(gateway.url + CHAT, json=HI, timeout=30)
+        httpx.post(gateway.url + CHAT, json={**HI, "stream": True}, timeout=30)
     assert metric_value(gateway.url, "rehearsal_gateway_in_flight_requests") == 0
 
 
 @pytest.mark.parametrize("length", ["abc", "-1", "1 2", "99999999999999999999999"])
-def test_a_malformed_content_length_never_reaches_the_lane(
-    start_twin, start_gateway, counted: Counted, length: str
+def test_a_malformed_content_length_never_reaches_the_app(
+    recorded: tuple[InProcessGateway, list[tuple[str, str]]], length: str
 ) -> None:
-    """``whole_body`` trusts the parser to have held a body to its declared length: a header
-    that declares none it can read is refused before any route sees the request."""
-    twin = start_twin("--latency", "zero", "--seed", "1")
-    gateway = start_gateway(f"{twin.url}/v1")
+    """A ``Content-Length`` the parser cannot read is a 400 and a closed socket, before the app."""
+    gateway, seen = recorded
     body = orjson.dumps(HI)
     head = f"POST {CHAT} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
     request = (head + f"content-length: {length}\r\n\r\n").encode() + body
@@ -233,9 +219,9 @@ def test_a_malformed_content_length_never_reaches_the_lane(
         assert status == b"HTTP/1.1 400 Bad Request"
         assert headers["connection"] == "close"
         assert sock.recv(1) == b""
-    assert counted.calls == 0
-    assert post(gateway.url, body).status_code == 200  # the gateway lives on
-    assert counted.calls == 1
+    assert seen == []
+    assert httpx.post(gateway.url + CHAT, content=body).status_code == 200  # it lives on
+    assert seen == [("POST", CHAT)]
 
 
 def chunked_request(body: bytes) -> bytes:
@@ -261,7 +247,7 @@ def test_a_chunked_body_is_held_to_the_limit_however_it_arrives(
             else:
                 cut = request.index(b"\r\n\r\n") + 4
                 sock.sendall(request[:cut])
-                time.sleep(0.2)  # the lane starts on the head alone and must read the rest
+                time.sleep(0.2)  # the route starts on the head alone and must read the rest
                 sock.sendall(request[cut:])
             status, _, answer = read_answer(sock, bytearray())
         assert status.split()[1] == str(expected).encode(), answer
