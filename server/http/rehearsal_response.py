@@ -16,6 +16,7 @@ that disconnects cancels the planner, and with it every engine call of the rehea
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 from typing import Any
@@ -38,7 +39,7 @@ def sse(chunk: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
-class RehearsingStream(Response):
+class RehearsingStream(Response, abc.ABC):
     """An SSE answer produced while a rehearsal runs: the chat and the Responses streams.
 
     Sends the SSE head with ``X-Rehearsal-Id``, then the body a subclass's ``serve`` writes; a
@@ -66,9 +67,9 @@ class RehearsingStream(Response):
             state[OUTCOME_STATE_KEY] = self.outcome
             state[REHEARSAL_STATE_KEY] = self.summary
 
+    @abc.abstractmethod
     async def serve(self, send: Send) -> None:
         """Write the body, ending with a last ``http.response.body``; set outcome and summary."""
-        raise NotImplementedError  # pragma: no cover - each subclass writes its own body
 
 
 class RehearsalResponse(RehearsingStream):
