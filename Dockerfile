@@ -23,13 +23,15 @@ WORKDIR /src
 # Dependencies first, from pyproject alone with empty packages, so that editing the source does
 # not invalidate the (slow) dependency layer.
 COPY pyproject.toml README.md ./
-RUN for pkg in server rehearsal clients twin; do mkdir -p "$pkg" && touch "$pkg/__init__.py"; done \
+RUN mkdir -p rehearsal_gateway && touch rehearsal_gateway/__init__.py \
     && pip --python /opt/venv/bin/python install . \
     && pip --python /opt/venv/bin/python uninstall --yes rehearsal-gateway
 COPY server ./server
 COPY rehearsal ./rehearsal
 COPY clients ./clients
 COPY twin ./twin
+# The one installed package: an __init__ and links to the four folders above.
+COPY rehearsal_gateway ./rehearsal_gateway
 RUN pip --python /opt/venv/bin/python install --no-deps . \
     && /opt/venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
 

@@ -65,7 +65,7 @@ real-model: vllm-env
 ## Twin + gateway + example agent: rehearsal off vs parallel vs sequential, then a table.
 ## Extra flags: make demo DEMO_ARGS="--seed 3 --worlds airline".
 demo: install
-	$(PY) -m clients.cli demo $(DEMO_ARGS)
+	$(PY) -m rehearsal_gateway.clients.cli demo $(DEMO_ARGS)
 
 ## Benchmarks, not tests: gateway overhead vs. the twin (same run, interleaved rounds), what
 ## rehearsal costs and buys, whether its decisions help or harm across imagination fidelity,

@@ -43,7 +43,7 @@ from benchmarks.rehearsal_vllm import (  # noqa: E402
     rehearsal_body,
     start_gateway,
 )
-from server.rehearse.batching import BATCH_PATH  # noqa: E402
+from rehearsal_gateway.server.rehearse.batching import BATCH_PATH  # noqa: E402
 from tests.support.procs import Proc  # noqa: E402
 from tests.support.vllm import start_vllm  # noqa: E402
 

@@ -29,9 +29,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from clients.client import Rehearsal
-from twin.worlds import World
-from twin.worlds.base import canonical_json
+from rehearsal_gateway.clients.client import Rehearsal
+from rehearsal_gateway.twin.worlds import World
+from rehearsal_gateway.twin.worlds.base import canonical_json
 
 LOW_TRUST = ("ignore_vetoes", "off")
 

@@ -52,14 +52,14 @@ from benchmarks.decision_facts import Config, Episode, K, SchemaCheck, TurnFacts
 from benchmarks.decision_report import report  # noqa: E402
 from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
 from benchmarks.rehearsal import world_request  # noqa: E402
-from clients.agent import ExampleAgent, ToolLatency  # noqa: E402
-from clients.client import (  # noqa: E402
+from rehearsal_gateway.clients.agent import ExampleAgent, ToolLatency  # noqa: E402
+from rehearsal_gateway.clients.client import (  # noqa: E402
     AsyncRehearsalClient,
     EngineUnavailable,
     GatewayError,
 )
+from rehearsal_gateway.twin.worlds import WORLD_NAMES, World, load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
-from twin.worlds import WORLD_NAMES, World, load_world  # noqa: E402
 
 POLICIES = ("select", "reflect")
 NEW_POLICY = "anchored"  # used once the gateway accepts it

@@ -24,8 +24,8 @@ import httpx
 import orjson
 import uvloop
 
-from server.engines.transport import EngineRequest, EngineTransport
-from server.engines.transports import AiohttpTransport
+from rehearsal_gateway.server.engines.transport import EngineRequest, EngineTransport
+from rehearsal_gateway.server.engines.transports import AiohttpTransport
 
 JSON_HEAD = {"content-type": "application/json"}
 

@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.rehearsal import world_request  # noqa: E402
+from rehearsal_gateway.twin.worlds import World, load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
-from twin.worlds import World, load_world  # noqa: E402
 
 MODES: dict[str, dict[str, Any] | None] = {
     "pass-through": None,
@@ -96,7 +96,7 @@ def tree_cli_argv(tree: str, *args: str) -> list[str]:
     """The CLI of the source tree at ``tree`` (imported from there), run by this interpreter."""
     code = (
         f"import sys, runpy; sys.path.insert(0, {tree!r}); "
-        "runpy.run_module('clients.cli', run_name='__main__')"
+        "runpy.run_module('rehearsal_gateway.clients.cli', run_name='__main__')"
     )
     return [sys.executable, "-c", code, *args]
 

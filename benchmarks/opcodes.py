@@ -83,7 +83,8 @@ def area(filename: str, trees: list[str]) -> str:
         return filename.split("site-packages/", 1)[1].split("/", 1)[0]
     for root in (str(ROOT), *(str(Path(t).resolve()) for t in trees)):
         if filename.startswith(root + "/"):
-            parts = filename[len(root) + 1 :].split("/")
+            # Our modules run from the one package's links: name them by their folder.
+            parts = filename[len(root) + 1 :].removeprefix("rehearsal_gateway/").split("/")
             return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
     return "stdlib " + filename.rsplit("/", 1)[-1]
 
@@ -110,7 +111,7 @@ def measure(args: argparse.Namespace) -> int:
         )  # fmt: skip
         fronts: dict[str, tuple[list[str], dict[str, str]]] = {}
         serve = ["serve", "--engine", f"{twin.url}/v1", "--log-level", "warning", "--port"]
-        fronts["gateway"] = ([*tracer, "clients.cli", *serve], {})
+        fronts["gateway"] = ([*tracer, "rehearsal_gateway.clients.cli", *serve], {})
         floor = ["uvicorn", "benchmarks.floor_relay:app", "--http", "httptools", "--loop",
                  "uvloop", "--log-level", "warning", "--no-access-log", "--port"]  # fmt: skip
         fronts["python floor"] = ([*tracer, *floor], {"FLOOR_ENGINE": twin.url})
@@ -119,7 +120,7 @@ def measure(args: argparse.Namespace) -> int:
         for tree in args.against:
             path = str(Path(tree).resolve())
             fronts[f"gateway at {Path(tree).name}"] = (
-                [*tracer, "--path", path, "clients.cli", *serve],
+                [*tracer, "--path", path, "rehearsal_gateway.clients.cli", *serve],
                 {},
             )
         counted: dict[str, collections.Counter[str]] = {}
@@ -159,7 +160,7 @@ def rehearsal_bodies() -> list[bytes]:
 
     from benchmarks.gateway_cpu import MODES
     from benchmarks.rehearsal import world_request
-    from twin.worlds import load_world
+    from rehearsal_gateway.twin.worlds import load_world
 
     world = load_world("retail")
     return [orjson.dumps(world_request(world, i, i, MODES["parallel K=4"])) for i in range(64)]

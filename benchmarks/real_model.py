@@ -39,12 +39,12 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.decision_facts import LOW_TRUST  # noqa: E402
 from benchmarks.decisions import RecordingClient, play  # noqa: E402
-from clients.agent import ExampleAgent, ToolLatency  # noqa: E402
-from clients.client import Rehearsal  # noqa: E402
-from rehearsal.parsing import PARSE_CLASSES  # noqa: E402
+from rehearsal_gateway.clients.agent import ExampleAgent, ToolLatency  # noqa: E402
+from rehearsal_gateway.clients.client import Rehearsal  # noqa: E402
+from rehearsal_gateway.rehearsal.parsing import PARSE_CLASSES  # noqa: E402
+from rehearsal_gateway.twin.worlds import load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.vllm import REAL_MODEL_NAME, start_real_vllm  # noqa: E402
-from twin.worlds import load_world  # noqa: E402
 
 # One acting turn: a tool call or a short answer. Unbounded, the small model sometimes repeats
 # itself to the end of its context (minutes at ~4 tokens/s), on every configuration alike.

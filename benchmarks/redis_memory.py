@@ -30,11 +30,11 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clients.agent import ExampleAgent, ToolLatency  # noqa: E402
-from clients.client import AsyncRehearsalClient, Rehearsal  # noqa: E402
+from rehearsal_gateway.clients.agent import ExampleAgent, ToolLatency  # noqa: E402
+from rehearsal_gateway.clients.client import AsyncRehearsalClient, Rehearsal  # noqa: E402
+from rehearsal_gateway.twin.worlds import load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.redis_servers import start_redis  # noqa: E402
-from twin.worlds import load_world  # noqa: E402
 
 MODEL = "EnvACE-Qwen3-8B"
 WORLDS = ("airline", "retail", "bank")

@@ -31,8 +31,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rehearsal_gateway.twin.worlds import World, load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
-from twin.worlds import World, load_world  # noqa: E402
 
 MODEL = "EnvACE-Qwen3-8B"
 

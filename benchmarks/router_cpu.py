@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.gateway_cpu import MODES, add_load_arguments, cpu_seconds, send  # noqa: E402
+from rehearsal_gateway.twin.worlds import load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.router import start_router  # noqa: E402
-from twin.worlds import load_world  # noqa: E402
 
 
 def finished(twins: list[Proc]) -> float:

@@ -45,10 +45,14 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bodies import PROFILES, build_bodies  # noqa: E402
 from benchmarks.rehearsal import world_request  # noqa: E402
-from server.engines.transport import EngineRequest, EngineResponse, EngineTransport  # noqa: E402
-from server.engines.transports import AiohttpTransport  # noqa: E402
+from rehearsal_gateway.server.engines.transport import (  # noqa: E402
+    EngineRequest,
+    EngineResponse,
+    EngineTransport,
+)
+from rehearsal_gateway.server.engines.transports import AiohttpTransport  # noqa: E402
+from rehearsal_gateway.twin.worlds import load_world  # noqa: E402
 from tests.support.procs import cli_argv, free_port, start_http_server  # noqa: E402
-from twin.worlds import load_world  # noqa: E402
 
 TRANSPORTS = ("aiohttp", "httpx")
 
@@ -136,8 +140,8 @@ def serve(args: argparse.Namespace) -> int:
     """A gateway in front of ``--engine`` whose engine calls use ``--transport``."""
     import uvicorn
 
-    from server.app import create_app
-    from server.settings import GatewaySettings
+    from rehearsal_gateway.server.app import create_app
+    from rehearsal_gateway.server.settings import GatewaySettings
 
     settings = GatewaySettings(engines=[args.engine], port=args.port)
     app = create_app(settings, engine_transport=transport(args.transport))

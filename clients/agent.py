@@ -27,8 +27,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from clients.client import AsyncRehearsalClient, Rehearsal, summary
-from twin.worlds import Task, World, WorldTool
+from rehearsal_gateway.twin.worlds import Task, World, WorldTool
+
+from .client import AsyncRehearsalClient, Rehearsal, summary
 
 
 @dataclass(frozen=True, slots=True)

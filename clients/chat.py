@@ -16,7 +16,12 @@ import json
 import sys
 from typing import Any
 
-from clients.trace import gateway_options, open_client, trajectory_lines, turn_text
+from .trace import (
+    gateway_options,
+    open_client,
+    trajectory_lines,
+    turn_text,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -45,7 +50,7 @@ def register(subparsers: Any) -> None:
 
 
 def _knobs(args: argparse.Namespace) -> Any:
-    from clients.client import Rehearsal
+    from .client import Rehearsal
 
     return Rehearsal(
         mode=args.mode,
@@ -59,7 +64,7 @@ def _knobs(args: argparse.Namespace) -> Any:
 
 def _describe(completion: Any, show_trace: bool) -> list[str]:
     """What one committed turn and its rehearsal look like on the terminal."""
-    from clients.client import summary
+    from .client import summary
 
     message = completion.choices[0].message
     calls = [
@@ -87,7 +92,7 @@ class Conversation:
     """One chat session: the messages so far, the world's state, and the gateway client."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from twin.worlds import load_world
+        from rehearsal_gateway.twin.worlds import load_world
 
         self.args = args
         self.client = open_client(args)
@@ -99,7 +104,7 @@ class Conversation:
 
     def say(self, prompt: str) -> None:
         """Send one user prompt and follow the committed calls until a text answer."""
-        from clients.agent import assistant_message, run_call
+        from .agent import assistant_message, run_call
 
         self.messages.append({"role": "user", "content": prompt})
         if self.world is not None and self.state is None:
@@ -128,7 +133,7 @@ class Conversation:
 
 def run(args: argparse.Namespace) -> int:
     """One prompt, or a session read from stdin; exit 1 when the gateway refuses."""
-    from clients.client import EngineUnavailable, GatewayError
+    from .client import EngineUnavailable, GatewayError
 
     conversation = Conversation(args)
     try:

@@ -15,14 +15,14 @@ from collections.abc import Sequence
 
 # name -> module exposing register(subparsers); order is the order shown in --help.
 SUBCOMMANDS: tuple[str, ...] = (
-    "twin.cli",
-    "server.launcher.serve",
-    "server.launcher.up",
-    "clients.top",
-    "clients.demo",
-    "clients.chat",
-    "clients.trace",
-    "clients.eval.cli",
+    "rehearsal_gateway.twin.cli",
+    "rehearsal_gateway.server.launcher.serve",
+    "rehearsal_gateway.server.launcher.up",
+    "rehearsal_gateway.clients.top",
+    "rehearsal_gateway.clients.demo",
+    "rehearsal_gateway.clients.chat",
+    "rehearsal_gateway.clients.trace",
+    "rehearsal_gateway.clients.eval.cli",
 )
 
 

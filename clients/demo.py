@@ -28,9 +28,10 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from clients import stack
-from clients.stack import Child, spawn, store_settings, wait_ready
-from server.launcher.processes import free_ports
+from rehearsal_gateway.server.launcher.processes import free_ports
+
+from . import stack
+from .stack import Child, spawn, store_settings, wait_ready
 
 DEMO_KEYS = {"off": "demo-off-key", "parallel": "demo-parallel-key", "sequential": "demo-seq-key"}
 MODEL = "EnvACE-Qwen3-8B"
@@ -125,9 +126,10 @@ def _task_count(args: argparse.Namespace) -> int:
 async def _run_configuration(
     name: str, knobs: dict[str, Any], gateway: str, args: argparse.Namespace, progress: Any
 ) -> Outcome:
-    from clients.agent import ExampleAgent, ToolLatency
-    from clients.client import AsyncRehearsalClient, Rehearsal
-    from twin.worlds import load_world
+    from rehearsal_gateway.twin.worlds import load_world
+
+    from .agent import ExampleAgent, ToolLatency
+    from .client import AsyncRehearsalClient, Rehearsal
 
     worlds = [load_world(world) for world in _worlds(args)]
     count = _task_count(args)
@@ -228,7 +230,7 @@ def _start_stack(
 ) -> str:
     """Start the twin and the gateway; the gateway's base URL once both answer."""
     twin_port, gateway_port = free_ports(2)
-    cli = [sys.executable, "-m", "clients.cli"]
+    cli = [sys.executable, "-m", "rehearsal_gateway.clients.cli"]
     worlds = _worlds(args)
     twin = spawn(children, "twin", [
         *cli, "twin", "--port", str(twin_port),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from server.launcher.processes import stop_process_groups
+from rehearsal_gateway.server.launcher.processes import stop_process_groups
 
 STOP_GRACE_S = 5.0  # how long each child gets to stop before it is killed
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"

@@ -42,7 +42,7 @@ def gateway_options(parser: argparse.ArgumentParser) -> None:
 
 def open_client(args: argparse.Namespace) -> Any:
     """A ``RehearsalClient`` for the command's ``--url`` and ``--api-key``."""
-    from clients.client import RehearsalClient
+    from .client import RehearsalClient
 
     return RehearsalClient(gateway_root(args.url) + "/v1", api_key=args.api_key, timeout=120.0)
 
@@ -135,7 +135,7 @@ def render(trace: Mapping[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Fetch and print one trace; 1 when the gateway does not know it, 2 when unreachable."""
-    from clients.client import EngineUnavailable, GatewayError, NotFound
+    from .client import EngineUnavailable, GatewayError, NotFound
 
     client = open_client(args)
     try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, get_args
 
-from rehearsal.errors import BudgetError
+from .errors import BudgetError
 
 Mode = Literal["off", "parallel", "sequential"]
 CommitRule = Literal["anchored", "reflect", "select"]

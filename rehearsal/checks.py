@@ -44,7 +44,7 @@ from jsonschema.protocols import Validator
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from rehearsal.messages import JSON_OBJECT, AssistantTurn, ToolCall
+from .messages import JSON_OBJECT, AssistantTurn, ToolCall
 
 CHECK_CODE = "SCHEMA_INVALID"
 CheckStatus = Literal["ok", "invalid", "unchecked"]

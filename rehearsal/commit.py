@@ -37,9 +37,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rehearsal.hindsight import REPEAT_CODE
-from rehearsal.trace import Trajectory
-from rehearsal.trust import Policy
+from .hindsight import REPEAT_CODE
+from .trace import Trajectory
+from .trust import Policy
 
 Evidence = Literal[
     "invalid", "repeated_failure", "vetoed", "doubted", "unrehearsed", "clean", "answer"

@@ -24,12 +24,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from rehearsal.budget import Budget
-from rehearsal.checks import CHECK_CODE, ToolChecker
-from rehearsal.errors import GeneratorError
-from rehearsal.hindsight import REPEAT_CODE, real_failures
-from rehearsal.memory import MemoryEntry
-from rehearsal.messages import (
+from .budget import Budget
+from .checks import CHECK_CODE, ToolChecker
+from .errors import GeneratorError
+from .hindsight import REPEAT_CODE, real_failures
+from .memory import MemoryEntry
+from .messages import (
     NO_USAGE,
     AssistantTurn,
     GenerationRequest,
@@ -40,17 +40,17 @@ from rehearsal.messages import (
     Usage,
     canonical_arguments,
 )
-from rehearsal.parsing import parse_execution_result
-from rehearsal.ports import Generator, MemoryStore
-from rehearsal.prompts import (
+from .parsing import parse_execution_result
+from .ports import Generator, MemoryStore
+from .prompts import (
     DEFAULT_SYSTEM_INSTRUCTION,
     GroundingObservation,
     ToolsText,
     rehearsal_messages,
     rehearsal_user_prompt,
 )
-from rehearsal.trace import Ending, ImaginedObservation, Step, Trajectory
-from rehearsal.trust import Policy
+from .trace import Ending, ImaginedObservation, Step, Trajectory
+from .trust import Policy
 
 
 @dataclass(frozen=True, slots=True)

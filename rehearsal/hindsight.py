@@ -22,8 +22,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from rehearsal.fidelity import parse_observation
-from rehearsal.messages import Message, call_signature
+from .fidelity import parse_observation
+from .messages import Message, call_signature
 
 REPEAT_CODE = "REAL_FAILURE_REPEATED"
 

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rehearsal.messages import Message, canonical_json
-from rehearsal.trace import Trajectory
+from .messages import Message, canonical_json
+from .trace import Trajectory
 
 HEADER = (
     "<rehearsal_memory>\n"

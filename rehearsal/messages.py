@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from rehearsal.errors import MalformedResponse
-from rehearsal.parsing import parse_turn_text
+from .errors import MalformedResponse
+from .parsing import parse_turn_text
 
 Role = Literal["act", "rehearse", "commit"]
 JSON = Any

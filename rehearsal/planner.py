@@ -60,8 +60,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from rehearsal.budget import Budget
-from rehearsal.commit import (
+from .budget import Budget
+from .commit import (
     AGAINST,
     DETERMINISTIC,
     Selection,
@@ -70,12 +70,17 @@ from rehearsal.commit import (
     replacement,
     select,
 )
-from rehearsal.context import PlannerSettings, RehearsalContext, RehearsalRequest, WalkState
-from rehearsal.errors import GeneratorError
-from rehearsal.memory import MemoryEntry, entry_for, note_message, render_note
-from rehearsal.messages import ANSWER, AssistantTurn, Message
-from rehearsal.ports import Generator, MemoryStore
-from rehearsal.trace import RehearsalResult, Step, Timings, Trajectory
+from .context import (
+    PlannerSettings,
+    RehearsalContext,
+    RehearsalRequest,
+    WalkState,
+)
+from .errors import GeneratorError
+from .memory import MemoryEntry, entry_for, note_message, render_note
+from .messages import ANSWER, AssistantTurn, Message
+from .ports import Generator, MemoryStore
+from .trace import RehearsalResult, Step, Timings, Trajectory
 
 
 @dataclass(frozen=True, slots=True)

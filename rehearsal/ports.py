@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rehearsal.messages import GenerationRequest, GenerationResponse
+from .messages import GenerationRequest, GenerationResponse
 
 
 class Generator(Protocol):

@@ -27,8 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rehearsal.errors import PromptError
-from rehearsal.messages import JSON, AssistantTurn, Message, ToolCall, loads_arguments
+from .errors import PromptError
+from .messages import (
+    JSON,
+    AssistantTurn,
+    Message,
+    ToolCall,
+    loads_arguments,
+)
 
 DEFAULT_SYSTEM_INSTRUCTION = """\
 You stand in for a software tool. An agent has just asked to call one of its tools; instead of \

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rehearsal.messages import (
+from .messages import (
     JSON,
     AssistantTurn,
     GenerationRequest,
@@ -34,7 +34,7 @@ from rehearsal.messages import (
     Usage,
     canonical_json,
 )
-from rehearsal.prompts import GroundingObservation
+from .prompts import GroundingObservation
 
 Script = GenerationResponse | BaseException
 Matcher = Callable[[GenerationRequest], bool]

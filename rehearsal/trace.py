@@ -32,9 +32,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rehearsal.budget import Budget
-from rehearsal.messages import JSON, NO_USAGE, AssistantTurn, ToolCall, Usage
-from rehearsal.parsing import PARSE_CLASSES, ParseClass, Verdict
+from .budget import Budget
+from .messages import JSON, NO_USAGE, AssistantTurn, ToolCall, Usage
+from .parsing import PARSE_CLASSES, ParseClass, Verdict
 
 Ending = Literal[
     "answer", "veto", "error", "unparsed", "depth", "deadline", "engine_error", "skipped"

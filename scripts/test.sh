@@ -26,8 +26,8 @@ if [ "$#" -gt 0 ]; then
 fi
 
 echo "== rehearsal/ core, 100% branch coverage required =="
-run_pytest tests/rehearsal -q --cov=rehearsal --cov-branch --cov-report=term-missing:skip-covered \
+run_pytest tests/rehearsal -q --cov=rehearsal_gateway.rehearsal --cov-branch --cov-report=term-missing:skip-covered \
     --cov-fail-under=100 || exit 1
 echo "== everything else, server/ coverage at least 90% (in-process gateways and processes alike) =="
-run_pytest --ignore=tests/rehearsal --cov=server --cov-report=term-missing:skip-covered \
+run_pytest --ignore=tests/rehearsal --cov=rehearsal_gateway.server --cov-report=term-missing:skip-covered \
     --cov-fail-under=90

@@ -23,40 +23,40 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
-from server.chat.precheck import build_precheck
-from server.chat.responses import ResponsesService
-from server.chat.service import ChatService
-from server.engines.calls import EngineCalls
-from server.engines.client import EngineClient, Waits
-from server.engines.discovery import EngineDiscovery, Resolver, resolve_system
-from server.engines.pool import EnginePool, EnginesReady
-from server.engines.transport import EngineTransport
-from server.engines.transports import AiohttpTransport
-from server.http.accounting import RequestAccounting
-from server.http.auth import ApiKeyMiddleware, ApiKeyRing
-from server.http.handlers import add_error_handlers
-from server.http.limits import FairUseMiddleware
-from server.http.openapi import install as install_openapi
-from server.http.protocol import HEADER_TIMEOUT_KEY
-from server.http.relayed_routes import router as relayed_router
-from server.http.responses_routes import router as responses_router
-from server.http.routes import router
-from server.http.state import STATE_KEY, GatewayState
-from server.rehearse.defaults import (
+from .chat.precheck import build_precheck
+from .chat.responses import ResponsesService
+from .chat.service import ChatService
+from .engines.calls import EngineCalls
+from .engines.client import EngineClient, Waits
+from .engines.discovery import EngineDiscovery, Resolver, resolve_system
+from .engines.pool import EnginePool, EnginesReady
+from .engines.transport import EngineTransport
+from .engines.transports import AiohttpTransport
+from .http.accounting import RequestAccounting
+from .http.auth import ApiKeyMiddleware, ApiKeyRing
+from .http.handlers import add_error_handlers
+from .http.limits import FairUseMiddleware
+from .http.openapi import install as install_openapi
+from .http.protocol import HEADER_TIMEOUT_KEY
+from .http.relayed_routes import router as relayed_router
+from .http.responses_routes import router as responses_router
+from .http.routes import router
+from .http.state import STATE_KEY, GatewayState
+from .rehearse.defaults import (
     budget_caps,
     budget_defaults,
     planner_settings,
     rehearse_priority,
     trust_settings,
 )
-from server.rehearse.feedback import Feedback
-from server.rehearse.service import RehearsalService
-from server.settings import GatewaySettings
-from server.store.fair_use import FairUse
-from server.store.opening import StoreReady, open_store
-from server.store.writer import StoreWriter
-from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.readiness import Draining
+from .rehearse.feedback import Feedback
+from .rehearse.service import RehearsalService
+from .settings import GatewaySettings
+from .store.fair_use import FairUse
+from .store.opening import StoreReady, open_store
+from .store.writer import StoreWriter
+from .telemetry.metrics import GatewayMetrics
+from .telemetry.readiness import Draining
 
 log = logging.getLogger("rehearsal_gateway.server")
 # FastAPI's native OpenTelemetry off, unless RGW_FASTAPI_TELEMETRY (server/settings.py).

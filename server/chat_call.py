@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rehearsal.budget import Budget
-from server.protocol import ChatRequestHead
+from rehearsal_gateway.rehearsal.budget import Budget
+
+from .protocol import ChatRequestHead
 
 PASSTHROUGH = "passthrough"
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from server.errors import InvalidRequest
+from .errors import InvalidRequest
 
 # Responses fields with a chat meaning handled below; every other field goes to the chat body
 # as it is (vLLM's sampling extras) unless it is one of the Responses-only fields listed next.

@@ -14,12 +14,12 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from twin.memory_note import MemoryNote
-from twin.prompt import message_text
-from twin.schema import JsonObject, mistake_for, synthesise
-from twin.turn import Draft
-from twin.worlds import World, world_for_tools
-from twin.worlds.base import Call, Task
+from .memory_note import MemoryNote
+from .prompt import message_text
+from .schema import JsonObject, mistake_for, synthesise
+from .turn import Draft
+from .worlds import World, world_for_tools
+from .worlds.base import Call, Task
 
 _OPENERS = (
     "Let me work out the next step.",

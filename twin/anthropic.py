@@ -19,11 +19,11 @@ from typing import Any
 
 import orjson
 
-from twin.engine import Generation, TwinEngine
-from twin.protocol import ChatRequest, TwinError
-from twin.schema import JsonObject
-from twin.tokens import split_pieces
-from twin.turn import ChoiceOutput
+from .engine import Generation, TwinEngine
+from .protocol import ChatRequest, TwinError
+from .schema import JsonObject
+from .tokens import split_pieces
+from .turn import ChoiceOutput
 
 PIECE_TOKENS = 4
 # vLLM's refusal of a Messages body is a pydantic validation error, typed "Bad Request".

@@ -20,14 +20,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from twin import anthropic, batch, surface
-from twin.config import MAX_MODEL_LEN, TwinSettings
-from twin.engine import Generation, TwinEngine
-from twin.prompt import render_prompt
-from twin.protocol import ChatRequest, TwinError, parse_request
-from twin.responses import DONE, ChoiceStream, ChunkWriter, completion_body
-from twin.schema import JsonObject
-from twin.tokens import tokenize as tokenize_text
+from . import anthropic, batch, surface
+from .config import MAX_MODEL_LEN, TwinSettings
+from .engine import Generation, TwinEngine
+from .prompt import render_prompt
+from .protocol import ChatRequest, TwinError, parse_request
+from .responses import DONE, ChoiceStream, ChunkWriter, completion_body
+from .schema import JsonObject
+from .tokens import tokenize as tokenize_text
 
 
 def _error(exc: TwinError) -> JSONResponse:

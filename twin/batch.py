@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from twin.config import MAX_MODEL_LEN
-from twin.engine import Generation, TwinEngine
-from twin.protocol import TwinError, parse_request
-from twin.responses import completion_body
-from twin.schema import JsonObject
+from .config import MAX_MODEL_LEN
+from .engine import Generation, TwinEngine
+from .protocol import TwinError, parse_request
+from .responses import completion_body
+from .schema import JsonObject
 
 # Fields vLLM's BatchChatCompletionRequest does not declare: ignored, never passed on.
 _IGNORED = ("messages", "tools", "stream", "stream_options", "parallel_tool_calls")

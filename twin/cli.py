@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the settings (clearly labelled as a simulation) and serve until stopped."""
     import uvicorn
 
-    from twin.app import create_app
-    from twin.config import TwinSettings
+    from .app import create_app
+    from .config import TwinSettings
 
     for name, value in (
         ("skill", args.skill),

@@ -16,19 +16,24 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from twin.acting import ActingPolicy, ActingRequest
-from twin.config import VLLM_VERSION, TwinSettings
-from twin.latency import BatchScheduler, load_profile
-from twin.memory_note import split_note
-from twin.metrics import TwinMetrics
-from twin.prefix_cache import PrefixCache
-from twin.prompt import message_text, render_prompt
-from twin.protocol import ChatRequest, TwinError
-from twin.schema import JsonObject
-from twin.simulator import MalformedRehearsal, Simulator, is_rehearsal, parse_prompt
-from twin.tokens import tokenize
-from twin.turn import ChoiceOutput, Draft, finish
-from twin.worlds import WORLD_NAMES, World, load_world
+from .acting import ActingPolicy, ActingRequest
+from .config import VLLM_VERSION, TwinSettings
+from .latency import BatchScheduler, load_profile
+from .memory_note import split_note
+from .metrics import TwinMetrics
+from .prefix_cache import PrefixCache
+from .prompt import message_text, render_prompt
+from .protocol import ChatRequest, TwinError
+from .schema import JsonObject
+from .simulator import (
+    MalformedRehearsal,
+    Simulator,
+    is_rehearsal,
+    parse_prompt,
+)
+from .tokens import tokenize
+from .turn import ChoiceOutput, Draft, finish
+from .worlds import WORLD_NAMES, World, load_world
 
 
 def _without_call_ids(messages: Any) -> Any:

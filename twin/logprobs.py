@@ -20,7 +20,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from twin.schema import JsonObject
+from .schema import JsonObject
 
 END_OF_TURN = "<|im_end|>"  # Qwen3's end-of-turn token, generated last by a turn that ends
 MAX_LOGPROBS = 20  # vLLM's --max-logprobs default

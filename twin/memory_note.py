@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from twin.prompt import message_text
-from twin.schema import JsonObject
+from .prompt import message_text
+from .schema import JsonObject
 
 _OPEN = "<rehearsal_memory>"
 _ENTRY = re.compile(r"^\[(\d+)\]\s+outcome=(\S+)\s+score=([0-9.]+)\s*$")

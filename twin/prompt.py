@@ -11,7 +11,7 @@ import contextlib
 import json
 from typing import Any
 
-from twin.schema import JsonObject
+from .schema import JsonObject
 
 
 def message_text(message: JsonObject) -> str:

@@ -16,9 +16,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from twin.config import MAX_MODEL_LEN
-from twin.logprobs import MAX_LOGPROBS, VOCAB_SIZE
-from twin.schema import JsonObject
+from .config import MAX_MODEL_LEN
+from .logprobs import MAX_LOGPROBS, VOCAB_SIZE
+from .schema import JsonObject
 
 _INT64 = 2**63  # vLLM bounds ``seed`` to a signed 64-bit integer
 _MAX_N = 16384  # vLLM's VLLM_MAX_N_SEQUENCES default

@@ -21,11 +21,11 @@ from typing import Any
 
 import orjson
 
-from twin.engine import Generation
-from twin.logprobs import entries as logprob_entries
-from twin.schema import JsonObject
-from twin.tokens import split_pieces
-from twin.turn import ChoiceOutput
+from .engine import Generation
+from .logprobs import entries as logprob_entries
+from .schema import JsonObject
+from .tokens import split_pieces
+from .turn import ChoiceOutput
 
 PIECE_TOKENS = 4  # tokens per streamed delta
 

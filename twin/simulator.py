@@ -28,10 +28,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from twin.schema import JsonObject, Violation, synthesise, validate_call
-from twin.turn import Draft
-from twin.worlds import State, ToolError, World, world_for_tools
-from twin.worlds.base import Call, canonical_json
+from .schema import JsonObject, Violation, synthesise, validate_call
+from .turn import Draft
+from .worlds import State, ToolError, World, world_for_tools
+from .worlds.base import Call, canonical_json
 
 LABELS = (
     ("tools", r"candidate\s+tools[^\n:]*:"),

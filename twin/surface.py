@@ -19,13 +19,13 @@ from typing import Any
 
 import orjson
 
-from twin.config import MAX_MODEL_LEN, VLLM_VERSION
-from twin.engine import Generation, TwinEngine
-from twin.protocol import ChatRequest, TwinError, parse_request
-from twin.responses import PIECE_TOKENS
-from twin.schema import JsonObject
-from twin.tokens import split_pieces, tokenize
-from twin.turn import ChoiceOutput
+from .config import MAX_MODEL_LEN, VLLM_VERSION
+from .engine import Generation, TwinEngine
+from .protocol import ChatRequest, TwinError, parse_request
+from .responses import PIECE_TOKENS
+from .schema import JsonObject
+from .tokens import split_pieces, tokenize
+from .turn import ChoiceOutput
 
 
 class Vocabulary:

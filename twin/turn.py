@@ -13,9 +13,9 @@ import random
 import re
 from dataclasses import dataclass
 
-from twin.logprobs import END_OF_TURN
-from twin.tokens import count_tokens, tokenize, tokens_through, truncate_tokens
-from twin.worlds.base import Call
+from .logprobs import END_OF_TURN
+from .tokens import count_tokens, tokenize, tokens_through, truncate_tokens
+from .worlds.base import Call
 
 _TOOL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 THINK_CLOSE = "</think>"

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from clients.eval.episode import Call, Trajectory, UserTurn, Verdict
+from .episode import Call, Trajectory, UserTurn, Verdict
 
 BFCL_EVAL_REQUIREMENT = "bfcl-eval==2026.3.23"  # the Makefile installs the same release
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from clients.eval import UsageError
+from . import UsageError
 
 MODES = ("off", "parallel", "sequential")
 SIMULATION = (
@@ -78,7 +78,7 @@ def _list(text: str, what: str, kind: type = str) -> list[Any]:
 
 
 def grid_cells(args: argparse.Namespace) -> list[Any]:
-    from clients.eval.episode import Cell
+    from .episode import Cell
 
     modes = _list(args.modes, "modes")
     unknown = sorted(set(modes) - set(MODES))
@@ -94,14 +94,15 @@ def grid_cells(args: argparse.Namespace) -> list[Any]:
 
 def _suite(args: argparse.Namespace, workdir: Path) -> Any:
     if args.suite == "worlds":
-        from clients.eval.worlds import WorldsSuite
-        from twin.worlds import WORLD_NAMES
+        from rehearsal_gateway.twin.worlds import WORLD_NAMES
+
+        from .worlds import WorldsSuite
 
         worlds = _list(args.worlds, "worlds")
         if set(worlds) - set(WORLD_NAMES):
             raise UsageError(f"--worlds: choose from {', '.join(WORLD_NAMES)}")
         return WorldsSuite(worlds, max_steps=args.max_steps)
-    from clients.eval.bfcl import BfclSuite, SuiteUnavailable
+    from .bfcl import BfclSuite, SuiteUnavailable
 
     try:
         return BfclSuite(workdir / "bfcl", args.category)
@@ -137,11 +138,12 @@ def gateway_models(base: str, api_key: str | None) -> list[str]:
 @contextlib.contextmanager
 def local_stack(args: argparse.Namespace, keys: list[str], workdir: Path) -> Iterator[str]:
     """An engine twin and a gateway on loopback, one API key per cell; the gateway's URL."""
-    from clients.stack import children, spawn, store_settings, wait_ready
-    from server.launcher.processes import free_ports
+    from rehearsal_gateway.server.launcher.processes import free_ports
+
+    from ..stack import children, spawn, store_settings, wait_ready
 
     twin_port, gateway_port = free_ports(2)
-    cli = [sys.executable, "-m", "clients.cli"]
+    cli = [sys.executable, "-m", "rehearsal_gateway.clients.cli"]
     with store_settings(args.redis, "eval") as store, children() as started:
         twin = spawn(started, "twin", [
             *cli, "twin", "--port", str(twin_port), "--world", "auto",
@@ -224,7 +226,7 @@ def execute(args: argparse.Namespace, console: Any) -> int:
             console.print(f"started an engine twin and a gateway at {base} (one API key per cell)")
         models = gateway_models(base, next(iter(api_keys.values())))
         model = args.model or (models[0] if models else "")
-        from clients.eval.run import GridRun
+        from .run import GridRun
 
         grid = GridRun(
             suite=suite, cells=cells, seeds=seeds, tasks=tasks, out=out, base=base,

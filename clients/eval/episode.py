@@ -19,8 +19,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from clients.agent import assistant_message
-from clients.client import AsyncRehearsalClient, GatewayError, InvalidRequest, Rehearsal, summary
+from ..agent import assistant_message
+from ..client import (
+    AsyncRehearsalClient,
+    GatewayError,
+    InvalidRequest,
+    Rehearsal,
+    summary,
+)
 
 Call = tuple[str, str]  # (tool name, arguments as the JSON text the model wrote)
 Trajectory = list[list[dict[str, Any]]]  # per user turn, per step: {"calls": [...]} | {"text": s}

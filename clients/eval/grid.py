@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from clients.client import AsyncRehearsalClient
-from clients.eval.episode import Cell, Episode, Sampling, TaskRun, run_episode
-from clients.eval.results import RunDir
+from ..client import AsyncRehearsalClient
+from .episode import Cell, Episode, Sampling, TaskRun, run_episode
+from .results import RunDir
 
 
 class Suite(Protocol):

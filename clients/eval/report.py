@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from clients.eval.summary import CellSummary
+from .summary import CellSummary
 
 
 def _number(value: float | None, fmt: str = "{:.3f}") -> str:

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from clients.eval.episode import Episode
+from .episode import Episode
 
 MANIFEST = "run.json"
 EPISODES = "episodes.jsonl"

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clients.client import AsyncRehearsalClient, GatewayError
-from clients.eval import UsageError, report
-from clients.eval.episode import Cell, Sampling
-from clients.eval.grid import Grid, Suite, pending_jobs
-from clients.eval.results import RunDir, RunMismatch
-from clients.eval.summary import summarize, to_csv
+from ..client import AsyncRehearsalClient, GatewayError
+from . import UsageError, report
+from .episode import Cell, Sampling
+from .grid import Grid, Suite, pending_jobs
+from .results import RunDir, RunMismatch
+from .summary import summarize, to_csv
 
 TIMEOUT_S = 600.0  # one request: a rehearsal on a slow engine can take minutes, never forever
 

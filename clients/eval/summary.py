@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clients.eval.episode import TOKEN_KINDS, Cell, Episode
+from .episode import TOKEN_KINDS, Cell, Episode
 
 Z95 = 1.959963984540054
 

@@ -13,8 +13,9 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from clients.eval.episode import Call, Trajectory, UserTurn, Verdict
-from twin.worlds import WORLD_NAMES, Task, World, load_world
+from rehearsal_gateway.twin.worlds import WORLD_NAMES, Task, World, load_world
+
+from .episode import Call, Trajectory, UserTurn, Verdict
 
 
 class WorldTask:

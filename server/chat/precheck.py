@@ -21,8 +21,8 @@ from typing import Any
 
 import jsonschema_rs
 
-from server.chat_call import HeadFields
-from server.protocol import ChatRequestHead
+from ..chat_call import HeadFields
+from ..protocol import ChatRequestHead
 
 log = logging.getLogger("rehearsal_gateway.server")
 

@@ -20,11 +20,11 @@ from urllib.parse import quote
 
 import orjson
 
-from server.chat.service import ChatService, decode_json_object
-from server.chat_call import PASSTHROUGH, JsonAnswer
-from server.engines.calls import StreamAnswer
-from server.engines.pool import affinity_key
-from server.errors import InvalidRequest, NotFound
+from ..chat_call import PASSTHROUGH, JsonAnswer
+from ..engines.calls import StreamAnswer
+from ..engines.pool import affinity_key
+from ..errors import InvalidRequest, NotFound
+from .service import ChatService, decode_json_object
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,22 +24,23 @@ from typing import Any
 
 import orjson
 
-from rehearsal.budget import Budget
-from server.chat.relayed import relay_affinity
-from server.chat.service import ChatService, decode_json_object
-from server.chat_call import PASSTHROUGH, ChatCall, JsonAnswer
-from server.engines.calls import StreamAnswer
-from server.errors import InvalidRequest
-from server.rehearse.committed import with_minted_ids
-from server.rehearse.feedback import Feedback
-from server.rehearse.responses_writer import ResponseWriter
-from server.rehearse.service import RehearsalRun, RehearsalService
-from server.responses_protocol import (
+from rehearsal_gateway.rehearsal.budget import Budget
+
+from ..chat_call import PASSTHROUGH, ChatCall, JsonAnswer
+from ..engines.calls import StreamAnswer
+from ..errors import InvalidRequest
+from ..rehearse.committed import with_minted_ids
+from ..rehearse.feedback import Feedback
+from ..rehearse.responses_writer import ResponseWriter
+from ..rehearse.service import RehearsalRun, RehearsalService
+from ..responses_protocol import (
     ResponsesRequest,
     has_only_function_tools,
     parse_responses_request,
     to_chat_body,
 )
+from .relayed import relay_affinity
+from .service import ChatService, decode_json_object
 
 RESPONSES_PATH = "/v1/responses"
 

@@ -18,15 +18,19 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
-from server.chat.precheck import HeadPrecheck
-from server.chat_call import PASSTHROUGH, ChatCall, HeadFields, JsonAnswer
-from server.engines.calls import EngineCalls, StreamAnswer
-from server.engines.pool import EnginePool, affinity_key
-from server.errors import InvalidRequest
-from server.protocol import ChatCompletionRequest, ChatRequestHead, tool_schema_problem
-from server.rehearse.feedback import Feedback
-from server.rehearse.service import RehearsalRun, RehearsalService
-from server.settings import Role
+from ..chat_call import PASSTHROUGH, ChatCall, HeadFields, JsonAnswer
+from ..engines.calls import EngineCalls, StreamAnswer
+from ..engines.pool import EnginePool, affinity_key
+from ..errors import InvalidRequest
+from ..protocol import (
+    ChatCompletionRequest,
+    ChatRequestHead,
+    tool_schema_problem,
+)
+from ..rehearse.feedback import Feedback
+from ..rehearse.service import RehearsalRun, RehearsalService
+from ..settings import Role
+from .precheck import HeadPrecheck
 
 ChatAnswer = JsonAnswer | StreamAnswer | RehearsalRun
 RequestT = TypeVar("RequestT", bound=ChatRequestHead)

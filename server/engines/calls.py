@@ -20,11 +20,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from server.chat_call import PASSTHROUGH
-from server.engines.client import CHAT_PATH, EngineClient, EngineStream
-from server.engines.pool import Engine, EnginePool
-from server.errors import EngineError, EngineTimeout
-from server.settings import Role
+from ..chat_call import PASSTHROUGH
+from ..errors import EngineError, EngineTimeout
+from ..settings import Role
+from .client import CHAT_PATH, EngineClient, EngineStream
+from .pool import Engine, EnginePool
 
 # Failures that count toward passive ejection. Not timeouts: a slow engine is busy, not broken
 # (a silent one is found by its probes), and not 4xx: the request was at fault.

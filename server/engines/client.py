@@ -31,8 +31,19 @@ from typing import TypeVar
 
 import httpx
 
-from server.engines.engine import JSON, call_headers, model_cards, model_ids, queue_depth
-from server.engines.faults import (
+from ..errors import EngineError, EngineFailed, EngineTimeout
+from ..settings import GatewaySettings
+from ..telemetry.logs import note_engine
+from ..telemetry.metrics import GatewayMetrics
+from ..telemetry.waits import deadline, waiting
+from .engine import (
+    JSON,
+    call_headers,
+    model_cards,
+    model_ids,
+    queue_depth,
+)
+from .faults import (
     PASSTHROUGH_ROLE,
     count_usage,
     from_status,
@@ -41,14 +52,19 @@ from server.engines.faults import (
     malformed,
     translate,
 )
-from server.engines.pool import Engine, Probe
-from server.engines.streams import CHAT_PATH, DONE_PATHS, SSE_STARTS, EngineStream, split_events
-from server.engines.transport import EngineRequest, EngineResponse, EngineTransport
-from server.errors import EngineError, EngineFailed, EngineTimeout
-from server.settings import GatewaySettings
-from server.telemetry.logs import note_engine
-from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.waits import deadline, waiting
+from .pool import Engine, Probe
+from .streams import (
+    CHAT_PATH,
+    DONE_PATHS,
+    SSE_STARTS,
+    EngineStream,
+    split_events,
+)
+from .transport import (
+    EngineRequest,
+    EngineResponse,
+    EngineTransport,
+)
 
 __all__ = ["CHAT_PATH", "EngineClient", "EngineStream", "Waits", "call_headers"]
 

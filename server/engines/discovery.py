@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from server.engines.pool import Engine, EnginePool, Probe
-from server.settings import EngineSpec
+from ..settings import EngineSpec
+from .pool import Engine, EnginePool, Probe
 
 log = logging.getLogger("rehearsal_gateway.discovery")
 

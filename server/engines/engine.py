@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from server.engines.routers import DIALECTS, RouterDialect
-from server.engines.yielding import RealWork
-from server.settings import EngineSpec, Role
-from server.telemetry.logs import engine_request_id
+from ..settings import EngineSpec, Role
+from ..telemetry.logs import engine_request_id
+from .routers import DIALECTS, RouterDialect
+from .yielding import RealWork
 
 # A router queues and sheds load across its fleet itself (vllm-router: --max-concurrent-requests,
 # --queue-size); a per-entry cap sized for one engine would throttle the whole fleet.

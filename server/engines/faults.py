@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import orjson
 
-from rehearsal.messages import usage_counts
-from server.engines.pool import Engine
-from server.errors import (
+from rehearsal_gateway.rehearsal.messages import usage_counts
+
+from ..errors import (
     EngineError,
     EngineFailed,
     EngineOverloaded,
@@ -23,8 +23,9 @@ from server.errors import (
     EngineTimeout,
     EngineUnavailable,
 )
-from server.telemetry.logs import note_passthrough_tokens
-from server.telemetry.metrics import GatewayMetrics
+from ..telemetry.logs import note_passthrough_tokens
+from ..telemetry.metrics import GatewayMetrics
+from .pool import Engine
 
 PASSTHROUGH_ROLE = "passthrough"  # the one role whose tokens only the engine's answer tells
 

@@ -14,9 +14,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from server.engines.engine import Engine, Probe
-from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.readiness import CheckResult
+from ..telemetry.metrics import GatewayMetrics
+from ..telemetry.readiness import CheckResult
+from .engine import Engine, Probe
 
 log = logging.getLogger("rehearsal_gateway.engines")
 

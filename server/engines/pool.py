@@ -68,17 +68,17 @@ from typing import Any
 
 import orjson
 
-from server.engines.engine import (
+from ..errors import EngineOverloaded, EngineUnavailable, ModelNotFound
+from ..settings import EngineSpec, Role
+from ..telemetry.metrics import GatewayMetrics
+from .engine import (
     ROUTER_CONCURRENCY,
     Engine,
     Probe,
     concurrency_limit,
     rehearsal_slots,
 )
-from server.engines.health import EnginesReady, PoolHealth
-from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
-from server.settings import EngineSpec, Role
-from server.telemetry.metrics import GatewayMetrics
+from .health import EnginesReady, PoolHealth
 
 __all__ = ["ROUTER_CONCURRENCY", "Engine", "EnginePool", "EnginesReady", "Probe", "affinity_key"]
 

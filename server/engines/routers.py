@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from server.settings import RouterKind
+from ..settings import RouterKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import httpx
 
-from server.engines.faults import PASSTHROUGH_ROLE, count_usage, hung, translate
-from server.engines.pool import Engine
-from server.engines.transport import EngineResponse
-from server.errors import EngineError, EngineFailed, EngineTimeout
-from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.waits import waiting
+from ..errors import EngineError, EngineFailed, EngineTimeout
+from ..telemetry.metrics import GatewayMetrics
+from ..telemetry.waits import waiting
+from .faults import PASSTHROUGH_ROLE, count_usage, hung, translate
+from .pool import Engine
+from .transport import EngineResponse
 
 CHAT_PATH = "/v1/chat/completions"
 # Streams that end with ``data: [DONE]``; one that ends without it was cut.

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from server.engines.transport import EngineRequest, EngineResponse
+from .transport import EngineRequest, EngineResponse
 
 __all__ = [
     "ScriptedAnswer",

@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Mapping
 import aiohttp
 import httpx
 
-from server.engines.transport import EngineRequest, EngineResponse
-from server.settings import GatewaySettings
+from ..settings import GatewaySettings
+from .transport import EngineRequest, EngineResponse
 
 __all__ = ["AiohttpTransport", "socket_cap", "tls_context"]
 

@@ -13,17 +13,8 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.chat_call import PASSTHROUGH
-from server.http.auth import TENANT_STATE_KEY
-from server.http.handlers import send_internal_error
-from server.http.state import (
-    CONTENT_STATE_KEY,
-    MODE_STATE_KEY,
-    OUTCOME_STATE_KEY,
-    REHEARSAL_STATE_KEY,
-    RELAYED_STATE_KEY,
-)
-from server.telemetry.logs import (
+from ..chat_call import PASSTHROUGH
+from ..telemetry.logs import (
     REQUEST_ID_HEADER,
     REQUEST_LOGGER,
     RequestRecord,
@@ -31,8 +22,17 @@ from server.telemetry.logs import (
     request_id_from,
     request_line,
 )
-from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.waits import WaitClock, current_clock
+from ..telemetry.metrics import GatewayMetrics
+from ..telemetry.waits import WaitClock, current_clock
+from .auth import TENANT_STATE_KEY
+from .handlers import send_internal_error
+from .state import (
+    CONTENT_STATE_KEY,
+    MODE_STATE_KEY,
+    OUTCOME_STATE_KEY,
+    REHEARSAL_STATE_KEY,
+    RELAYED_STATE_KEY,
+)
 
 request_log = logging.getLogger(REQUEST_LOGGER)
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.errors import Unauthorized, error_status_and_body
+from ..errors import Unauthorized, error_status_and_body
 
 DEFAULT_TENANT = "default"
 TENANT_STATE_KEY = "tenant"

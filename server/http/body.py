@@ -16,10 +16,10 @@ import logging
 
 from starlette.types import Receive, Scope
 
-from server.errors import BodyTimeout, InvalidRequest, PayloadTooLarge
-from server.http.relay import ClientDisconnected
-from server.http.state import STATE_KEY, GatewayState
-from server.telemetry.waits import deadline
+from ..errors import BodyTimeout, InvalidRequest, PayloadTooLarge
+from ..telemetry.waits import deadline
+from .relay import ClientDisconnected
+from .state import STATE_KEY, GatewayState
 
 log = logging.getLogger("rehearsal_gateway.server")
 

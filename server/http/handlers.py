@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope, Send
 
-from server.errors import (
+from ..errors import (
     BodyTimeout,
     GatewayError,
     InvalidRequest,
@@ -27,7 +27,7 @@ from server.errors import (
     error_status_and_body,
     internal_error_body,
 )
-from server.http.relay import ClientDisconnected
+from .relay import ClientDisconnected
 
 log = logging.getLogger("rehearsal_gateway.server")
 

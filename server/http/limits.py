@@ -12,9 +12,9 @@ import secrets
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.errors import RateLimited, error_status_and_body
-from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY
-from server.http.state import STATE_KEY, GatewayState
+from ..errors import RateLimited, error_status_and_body
+from .auth import DEFAULT_TENANT, TENANT_STATE_KEY
+from .state import STATE_KEY, GatewayState
 
 
 class FairUseMiddleware:

@@ -26,12 +26,18 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from rehearsal.budget import COMMIT_RULES, HEADERS, MODES, Budget, BudgetCaps
-from server.http.auth import OPEN_PATHS
-from server.protocol import ChatCompletion, ChatCompletionRequest, ErrorEnvelope, ModelList
-from server.rehearse.defaults import budget_caps, budget_defaults
-from server.responses_protocol import ResponsesRequest
-from server.settings import GatewaySettings
+from rehearsal_gateway.rehearsal.budget import COMMIT_RULES, HEADERS, MODES, Budget, BudgetCaps
+
+from ..protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    ErrorEnvelope,
+    ModelList,
+)
+from ..rehearse.defaults import budget_caps, budget_defaults
+from ..responses_protocol import ResponsesRequest
+from ..settings import GatewaySettings
+from .auth import OPEN_PATHS
 
 Responses = dict[int | str, dict[str, Any]]
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from server.http.client_gone import CLIENT_GONE_KEY, ClientGone
-from server.http.head_held import HeadHeld
-from server.http.header_timeout import HeaderTimer
+from .client_gone import CLIENT_GONE_KEY, ClientGone
+from .head_held import HeadHeld
+from .header_timeout import HeaderTimer
 
 # The lifespan state key that carries the header timeout in seconds (``server/app.py``).
 HEADER_TIMEOUT_KEY = "rehearsal_gateway.header_timeout"

@@ -25,11 +25,11 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server.errors import GatewayError, sse_error_event
-from server.http.relay import SSE_HEADERS, ClientDisconnected, until_disconnect
-from server.http.state import OUTCOME_STATE_KEY, REHEARSAL_STATE_KEY
-from server.rehearse.committed import ChunkWriter, fingerprint, with_minted_ids
-from server.rehearse.service import RehearsalRun
+from ..errors import GatewayError, sse_error_event
+from ..rehearse.committed import ChunkWriter, fingerprint, with_minted_ids
+from ..rehearse.service import RehearsalRun
+from .relay import SSE_HEADERS, ClientDisconnected, until_disconnect
+from .state import OUTCOME_STATE_KEY, REHEARSAL_STATE_KEY
 
 KEEPALIVE_S = 2.0
 _END = object()

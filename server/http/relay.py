@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server.chat_call import JsonAnswer
-from server.engines.calls import StreamAnswer
-from server.engines.streams import DONE
-from server.errors import EngineError, EngineTimeout, sse_error_event
-from server.http.client_gone import CLIENT_GONE_KEY
+from ..chat_call import JsonAnswer
+from ..engines.calls import StreamAnswer
+from ..engines.streams import DONE
+from ..errors import EngineError, EngineTimeout, sse_error_event
+from .client_gone import CLIENT_GONE_KEY
 
 T = TypeVar("T")
 

@@ -8,18 +8,18 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.chat.relayed import RELAYED, RelayedRoute, RouteRelay, engine_path
-from server.engines.calls import StreamAnswer
-from server.http.body import read_body
-from server.http.openapi import (
+from ..chat.relayed import RELAYED, RelayedRoute, RouteRelay, engine_path
+from ..engines.calls import StreamAnswer
+from .body import read_body
+from .openapi import (
     ENGINE_ERRORS,
     ENGINE_GET_ERRORS,
     errors,
     json_answer,
     path_parameters,
 )
-from server.http.relay import StreamRelay, json_response, until_disconnect
-from server.http.state import RELAYED_STATE_KEY, gateway_of
+from .relay import StreamRelay, json_response, until_disconnect
+from .state import RELAYED_STATE_KEY, gateway_of
 
 router = APIRouter()
 

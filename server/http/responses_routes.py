@@ -17,26 +17,26 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Send
 
-from server.chat.responses import RehearsedResponse
-from server.engines.calls import StreamAnswer
-from server.errors import GatewayError, envelope
-from server.http.body import read_body
-from server.http.openapi import ENGINE_ERRORS, errors, json_answer, request_body
-from server.http.rehearsal_response import RehearsingStream
-from server.http.relay import (
+from ..chat.responses import RehearsedResponse
+from ..engines.calls import StreamAnswer
+from ..errors import GatewayError, envelope
+from ..rehearse.committed import with_minted_ids
+from ..responses_protocol import ResponsesRequest
+from .body import read_body
+from .openapi import ENGINE_ERRORS, errors, json_answer, request_body
+from .rehearsal_response import RehearsingStream
+from .relay import (
     StreamRelay,
     json_response,
     until_disconnect,
 )
-from server.http.state import (
+from .state import (
     MODE_STATE_KEY,
     OUTCOME_STATE_KEY,
     REHEARSAL_STATE_KEY,
     gateway_of,
     tenant_of_request,
 )
-from server.rehearse.committed import with_minted_ids
-from server.responses_protocol import ResponsesRequest
 
 KEEPALIVE_S = 2.0
 

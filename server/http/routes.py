@@ -12,14 +12,22 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Scope
 
-from server.engines.calls import StreamAnswer
-from server.errors import StoreUnavailable
-from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY
-from server.http.body import read_body
-from server.http.openapi import ENGINE_ERRORS, errors, json_answer, request_body
-from server.http.rehearsal_response import RehearsalResponse
-from server.http.relay import StreamRelay, json_response, until_disconnect
-from server.http.state import (
+from ..engines.calls import StreamAnswer
+from ..errors import StoreUnavailable
+from ..protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    ModelCard,
+    ModelList,
+)
+from ..rehearse.service import RehearsalRun
+from ..telemetry.readiness import readiness
+from .auth import DEFAULT_TENANT, TENANT_STATE_KEY
+from .body import read_body
+from .openapi import ENGINE_ERRORS, errors, json_answer, request_body
+from .rehearsal_response import RehearsalResponse
+from .relay import StreamRelay, json_response, until_disconnect
+from .state import (
     CONTENT_STATE_KEY,
     MODE_STATE_KEY,
     OUTCOME_STATE_KEY,
@@ -29,9 +37,6 @@ from server.http.state import (
     gateway_of,
     tenant_of_request,
 )
-from server.protocol import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
-from server.rehearse.service import RehearsalRun
-from server.telemetry.readiness import readiness
 
 router = APIRouter()
 

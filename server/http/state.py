@@ -10,17 +10,17 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from server.chat.responses import ResponsesService
-from server.chat.service import ChatService
-from server.engines.client import EngineClient
-from server.engines.pool import EnginePool
-from server.http.auth import DEFAULT_TENANT, TENANT_STATE_KEY, ApiKeyRing
-from server.rehearse.service import RehearsalService
-from server.settings import GatewaySettings
-from server.store.backends import RehearsalStore
-from server.store.fair_use import FairUse
-from server.telemetry.metrics import GatewayMetrics
-from server.telemetry.readiness import ReadinessCheck
+from ..chat.responses import ResponsesService
+from ..chat.service import ChatService
+from ..engines.client import EngineClient
+from ..engines.pool import EnginePool
+from ..rehearse.service import RehearsalService
+from ..settings import GatewaySettings
+from ..store.backends import RehearsalStore
+from ..store.fair_use import FairUse
+from ..telemetry.metrics import GatewayMetrics
+from ..telemetry.readiness import ReadinessCheck
+from .auth import DEFAULT_TENANT, TENANT_STATE_KEY, ApiKeyRing
 
 STATE_KEY = "gateway"
 MODE_STATE_KEY = "mode"

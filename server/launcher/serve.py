@@ -17,7 +17,7 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from server.settings import GatewaySettings
+    from ..settings import GatewaySettings
 
 ENV_PREFIX = "RGW_"
 
@@ -77,7 +77,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     """
     from pydantic import ValidationError
 
-    from server.settings import GatewaySettings
+    from ..settings import GatewaySettings
 
     _export(args)
     try:
@@ -115,7 +115,7 @@ def _export(args: argparse.Namespace) -> None:
 
 def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
     """The uvicorn options that make the gateway's edges: drain, keep-alive, its protocol."""
-    from server.http.protocol import GatewayProtocol
+    from ..http.protocol import GatewayProtocol
 
     return {
         # SIGTERM: stop accepting, let in-flight requests finish within the grace (a rehearsal
@@ -146,8 +146,8 @@ def run(args: argparse.Namespace) -> int:
     import orjson
     import uvicorn
 
-    from server.settings import GatewaySettings
-    from server.telemetry.logs import log_config
+    from ..settings import GatewaySettings
+    from ..telemetry.logs import log_config
 
     try:
         settings = settings_from_args(args)
@@ -176,10 +176,13 @@ def run(args: argparse.Namespace) -> int:
     }
     if settings.workers > 1:
         uvicorn.run(
-            "server.app:app_from_environment", factory=True, workers=settings.workers, **common
+            "rehearsal_gateway.server.app:app_from_environment",
+            factory=True,
+            workers=settings.workers,
+            **common,
         )
     else:
-        from server.app import create_app
+        from ..app import create_app
 
         uvicorn.run(create_app(settings, owns_process=True), **common)
     return 0

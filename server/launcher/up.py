@@ -34,8 +34,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from server.launcher.processes import EnginePlan, EngineProcess
-    from server.settings import GatewaySettings
+    from ..settings import GatewaySettings
+    from .processes import EnginePlan, EngineProcess
 
 ENVACE_FLAGS = (
     "--enable-auto-tool-choice",
@@ -70,7 +70,7 @@ class Stopped(BaseException):
 
 def register(subparsers: Any) -> None:
     """Add ``up``: ``serve``'s flags (taken from its parser, so they cannot drift) plus ours."""
-    from server.launcher import serve as serve_cli
+    from . import serve as serve_cli
 
     scratch = argparse.ArgumentParser(add_help=False).add_subparsers()
     serve_cli.register(scratch)
@@ -194,7 +194,7 @@ def _vllm_argv(
     scheduling: str,
     batch: tuple[str, ...],
 ) -> tuple[str, ...]:
-    from server.launcher.processes import ENGINE_HOST
+    from .processes import ENGINE_HOST
 
     # The gateway's RGW_ENGINE_SCHEDULING says how the engines schedule: they must agree.
     policy = ("--scheduling-policy", "priority") if scheduling == "priority" else ()
@@ -205,7 +205,7 @@ def _vllm_argv(
 
 def _check_gateway(args: argparse.Namespace) -> GatewaySettings:
     """Reject, before minutes of loading, what ``serve`` would reject once the engines are up."""
-    from server.launcher import serve as serve_cli
+    from . import serve as serve_cli
 
     try:
         settings = serve_cli.settings_from_args(args)
@@ -262,7 +262,7 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     """Start the engines, wait for their health, serve the gateway; stop everything after."""
-    from server.launcher.processes import EnginePlan, free_ports
+    from .processes import EnginePlan, free_ports
 
     try:
         vllm = find_vllm(args.vllm)
@@ -297,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _engine_specs(names: list[str], ports: list[int], model: str, slots: int | None) -> list[str]:
     """The gateway's ``--engine`` entries for the engines ``up`` starts."""
-    from server.launcher.processes import engine_url
+    from .processes import engine_url
 
     cap = "" if slots is None else f",max_concurrency={slots}"
     return [
@@ -317,8 +317,8 @@ def _log_dir(flag: str | None) -> Path:
 
 
 def _run_engines(args: argparse.Namespace, plans: list[EnginePlan]) -> int:
-    from server.launcher import serve as serve_cli
-    from server.launcher.processes import (
+    from . import serve as serve_cli
+    from .processes import (
         EngineStartFailed,
         log_tail,
         start_engine,

@@ -36,8 +36,8 @@ from typing import Any
 
 import orjson
 
-from rehearsal.errors import GeneratorError, MalformedResponse
-from rehearsal.messages import NO_USAGE, GenerationRequest, GenerationResponse
+from rehearsal_gateway.rehearsal.errors import GeneratorError, MalformedResponse
+from rehearsal_gateway.rehearsal.messages import NO_USAGE, GenerationRequest, GenerationResponse
 
 log = logging.getLogger("rehearsal_gateway.rehearse")
 

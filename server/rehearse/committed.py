@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from rehearsal.messages import AssistantTurn, ToolCall, Usage
+from rehearsal_gateway.rehearsal.messages import AssistantTurn, ToolCall, Usage
 
 TOOL_CALL_PREFIX = "call_"
 _BASE62 = string.digits + string.ascii_letters

@@ -6,11 +6,12 @@ list of parts and ``RehearsalService`` receives plain core objects.
 
 from __future__ import annotations
 
-from rehearsal.budget import Budget, BudgetCaps
-from rehearsal.context import PlannerSettings
-from rehearsal.prompts import DEFAULT_SYSTEM_INSTRUCTION, load_system_instruction
-from rehearsal.trust import TrustSettings
-from server.settings import REHEARSAL_PRIORITY, GatewaySettings
+from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps
+from rehearsal_gateway.rehearsal.context import PlannerSettings
+from rehearsal_gateway.rehearsal.prompts import DEFAULT_SYSTEM_INSTRUCTION, load_system_instruction
+from rehearsal_gateway.rehearsal.trust import TrustSettings
+
+from ..settings import REHEARSAL_PRIORITY, GatewaySettings
 
 
 def budget_defaults(settings: GatewaySettings) -> Budget:

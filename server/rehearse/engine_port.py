@@ -27,12 +27,23 @@ from typing import Any
 
 import orjson
 
-from rehearsal.errors import GeneratorError, MalformedResponse
-from rehearsal.messages import GenerationRequest, GenerationResponse, from_openai_response
-from server.engines.calls import EngineCalls
-from server.errors import EngineError, EngineRejected
-from server.rehearse.batching import BATCH_PATH, Batcher, BatchRefused, BatchRoute, batchable
-from server.settings import Role
+from rehearsal_gateway.rehearsal.errors import GeneratorError, MalformedResponse
+from rehearsal_gateway.rehearsal.messages import (
+    GenerationRequest,
+    GenerationResponse,
+    from_openai_response,
+)
+
+from ..engines.calls import EngineCalls
+from ..errors import EngineError, EngineRejected
+from ..settings import Role
+from .batching import (
+    BATCH_PATH,
+    Batcher,
+    BatchRefused,
+    BatchRoute,
+    batchable,
+)
 
 CallObserver = Callable[[str, float], None]
 

@@ -32,16 +32,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rehearsal.fidelity import fidelity, parse_observation
-from rehearsal.hindsight import content_text, real_error
-from rehearsal.memory import MemoryEntry
-from rehearsal.messages import canonical_json
-from rehearsal.trust import cell
-from server.errors import StoreUnavailable
-from server.rehearse.committed import TOOL_CALL_PREFIX
-from server.store.backends import RehearsalStore
-from server.store.writer import StoreWriter, Write
-from server.telemetry.metrics import GatewayMetrics
+from rehearsal_gateway.rehearsal.fidelity import fidelity, parse_observation
+from rehearsal_gateway.rehearsal.hindsight import content_text, real_error
+from rehearsal_gateway.rehearsal.memory import MemoryEntry
+from rehearsal_gateway.rehearsal.messages import canonical_json
+from rehearsal_gateway.rehearsal.trust import cell
+
+from ..errors import StoreUnavailable
+from ..store.backends import RehearsalStore
+from ..store.writer import StoreWriter, Write
+from ..telemetry.metrics import GatewayMetrics
+from .committed import TOOL_CALL_PREFIX
 
 
 def pending_record(

@@ -22,9 +22,10 @@ from typing import Any
 
 import orjson
 
-from rehearsal.messages import AssistantTurn, Usage
-from server.rehearse.committed import ARGUMENT_PIECES
-from server.responses_protocol import ResponsesRequest
+from rehearsal_gateway.rehearsal.messages import AssistantTurn, Usage
+
+from ..responses_protocol import ResponsesRequest
+from .committed import ARGUMENT_PIECES
 
 
 def _mint(prefix: str) -> str:

@@ -25,29 +25,36 @@ from typing import Any
 
 import orjson
 
-from rehearsal.budget import Budget, BudgetCaps, names_a_knob, resolve_budget
-from rehearsal.context import PlannerSettings, RehearsalRequest
-from rehearsal.errors import BudgetError, GeneratorError
-from rehearsal.messages import AssistantTurn
-from rehearsal.planner import Planner
-from rehearsal.trace import ImaginedObservation, RehearsalResult
-from rehearsal.trust import Counts, Policy, TrustSettings, policies, trust_row
-from server.chat_call import ChatCall, JsonAnswer
-from server.engines.calls import EngineCalls
-from server.errors import EngineError, EngineFailed, InvalidRequest, NotFound, StoreUnavailable
-from server.rehearse.batching import BatchRoute
-from server.rehearse.committed import (
+from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps, names_a_knob, resolve_budget
+from rehearsal_gateway.rehearsal.context import PlannerSettings, RehearsalRequest
+from rehearsal_gateway.rehearsal.errors import BudgetError, GeneratorError
+from rehearsal_gateway.rehearsal.messages import AssistantTurn
+from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.trace import ImaginedObservation, RehearsalResult
+from rehearsal_gateway.rehearsal.trust import Counts, Policy, TrustSettings, policies, trust_row
+
+from ..chat_call import ChatCall, JsonAnswer
+from ..engines.calls import EngineCalls
+from ..errors import (
+    EngineError,
+    EngineFailed,
+    InvalidRequest,
+    NotFound,
+    StoreUnavailable,
+)
+from ..store.backends import RehearsalStore
+from ..store.fair_use import FairUse
+from ..store.writer import StoreWriter
+from ..telemetry.metrics import GatewayMetrics
+from .batching import BatchRoute
+from .committed import (
     completion_body,
     mint_completion_id,
     mint_rehearsal_id,
     with_minted_ids,
 )
-from server.rehearse.engine_port import EngineGenerator
-from server.rehearse.feedback import pending_record
-from server.store.backends import RehearsalStore
-from server.store.fair_use import FairUse
-from server.store.writer import StoreWriter
-from server.telemetry.metrics import GatewayMetrics
+from .engine_port import EngineGenerator
+from .feedback import pending_record
 
 # Request fields the planner handles itself; everything else reaches the acting calls untouched.
 _OWN_FIELDS = frozenset(

@@ -22,11 +22,12 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 import orjson
 from redis.exceptions import RedisError
 
-from rehearsal.trust import CELLS
-from server.errors import StoreUnavailable
-from server.store.connect import RedisClient, connect
-from server.store.keys import Keys, Lifetimes, args_hash
-from server.telemetry.waits import waiting
+from rehearsal_gateway.rehearsal.trust import CELLS
+
+from ..errors import StoreUnavailable
+from ..telemetry.waits import waiting
+from .connect import RedisClient, connect
+from .keys import Keys, Lifetimes, args_hash
 
 JSONObject = dict[str, Any]
 

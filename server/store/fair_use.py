@@ -27,12 +27,16 @@ import logging
 import time
 from dataclasses import dataclass
 
-from server.errors import InvalidRequest, RateLimited, StoreUnavailable
-from server.settings import GatewaySettings, TenantLimits
-from server.store.backends import RedisStore, RehearsalStore
-from server.store.keys import Keys
-from server.store.limits import InProcessLimitCounters, LimitCounters, RedisLimitCounters
-from server.telemetry.metrics import GatewayMetrics
+from ..errors import InvalidRequest, RateLimited, StoreUnavailable
+from ..settings import GatewaySettings, TenantLimits
+from ..telemetry.metrics import GatewayMetrics
+from .backends import RedisStore, RehearsalStore
+from .keys import Keys
+from .limits import (
+    InProcessLimitCounters,
+    LimitCounters,
+    RedisLimitCounters,
+)
 
 log = logging.getLogger("rehearsal_gateway.server")
 

@@ -17,8 +17,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from server.store.backends import JSONObject, dump_value, load_value
-from server.store.keys import Keys, Lifetimes, args_hash
+from .backends import JSONObject, dump_value, load_value
+from .keys import Keys, Lifetimes, args_hash
 
 # What CPython spends around each held key beyond its payload: the key's str object, the entry's
 # tuple, the float and int in it and the OrderedDict's slot and link (measured with tracemalloc:

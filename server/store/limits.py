@@ -24,9 +24,9 @@ from typing import Protocol
 
 from redis.exceptions import RedisError
 
-from server.errors import StoreUnavailable
-from server.store.backends import RedisStore
-from server.store.keys import Keys
+from ..errors import StoreUnavailable
+from .backends import RedisStore
+from .keys import Keys
 
 # KEYS[1] bucket hash {tokens, ts_ms}; ARGV: capacity, rate per s, cost, force (1: charge anyway).
 # Returns 0 when taken, else the milliseconds until the bucket holds one token again.

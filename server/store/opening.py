@@ -8,12 +8,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from server.errors import StoreUnavailable
-from server.settings import GatewaySettings
-from server.store.backends import RedisStore, RehearsalStore
-from server.store.inprocess import InProcessStore
-from server.store.keys import Keys, Lifetimes
-from server.telemetry.readiness import CheckResult
+from ..errors import StoreUnavailable
+from ..settings import GatewaySettings
+from ..telemetry.readiness import CheckResult
+from .backends import RedisStore, RehearsalStore
+from .inprocess import InProcessStore
+from .keys import Keys, Lifetimes
 
 log = logging.getLogger("rehearsal_gateway.server")
 

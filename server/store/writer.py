@@ -28,8 +28,8 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any
 
-from server.errors import StoreUnavailable
-from server.telemetry.metrics import GatewayMetrics
+from ..errors import StoreUnavailable
+from ..telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("rehearsal_gateway.server")
 

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from rehearsal.checks import CHECK_CODE
-from rehearsal.hindsight import REPEAT_CODE
-from rehearsal.parsing import PARSE_CLASSES, VETO_CODES
+from rehearsal_gateway.rehearsal.checks import CHECK_CODE
+from rehearsal_gateway.rehearsal.hindsight import REPEAT_CODE
+from rehearsal_gateway.rehearsal.parsing import PARSE_CLASSES, VETO_CODES
 
 PREFIX = "rehearsal_gateway_"
 

@@ -79,7 +79,7 @@ def log_config(level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "server.telemetry.logs.JsonFormatter"}},
+        "formatters": {"json": {"()": "rehearsal_gateway.server.telemetry.logs.JsonFormatter"}},
         "handlers": {"json": handler},
         "loggers": {
             name: {"handlers": ["json"], "level": upper, "propagate": False}

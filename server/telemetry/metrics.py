@@ -27,9 +27,10 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prom_multiprocess
 
-from rehearsal.trace import RehearsalResult
-from server.telemetry.families import MetricFamilies
-from server.telemetry.tallies import (
+from rehearsal_gateway.rehearsal.trace import RehearsalResult
+
+from .families import MetricFamilies
+from .tallies import (
     CounterTally,
     FlushTallies,
     GaugeTally,

@@ -9,7 +9,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from benchmarks.decision_facts import SchemaCheck, TurnFacts, enforced
-from twin.worlds import load_world
+from rehearsal_gateway.twin.worlds import load_world
 
 RETAIL = SchemaCheck(load_world("retail"))
 GET = ("get_order", {"order_id": "W1001"})

@@ -3,8 +3,8 @@ the results back, and the gateway's fidelity feedback reaches the episode."""
 
 from __future__ import annotations
 
-from clients.agent import ExampleAgent, ToolLatency
-from clients.client import AsyncRehearsalClient, Rehearsal
+from rehearsal_gateway.clients.agent import ExampleAgent, ToolLatency
+from rehearsal_gateway.clients.client import AsyncRehearsalClient, Rehearsal
 from tests.clients.conftest import API_KEY
 from tests.server.conftest import TWIN_MODEL
 from tests.server.rehearsal_support import Stack

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from clients.cli import build_parser
+from rehearsal_gateway.clients.cli import build_parser
 from tests.clients.conftest import API_KEY
 from tests.server.rehearsal_support import Stack
 from tests.support.procs import ROOT, cli_argv

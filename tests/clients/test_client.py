@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from clients.client import (
+from rehearsal_gateway.clients.client import (
     AsyncRehearsalClient,
     AuthenticationFailed,
     GatewayError,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from clients import top
+from rehearsal_gateway.clients import top
 from tests.deploy.promql import exposed_names, spec_names
 from tests.support.procs import ROOT, free_port
 
@@ -202,7 +202,7 @@ def test_once_unreachable_gateway_exits_nonzero() -> None:
 
 _LIVE_SCRIPT = """
 import argparse, sys
-from clients import top
+from rehearsal_gateway.clients import top
 parser = argparse.ArgumentParser()
 top.register(parser.add_subparsers())
 args = parser.parse_args(sys.argv[1:])

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from server.settings import GatewaySettings
+from rehearsal_gateway.server.settings import GatewaySettings
 from tests.deploy import promql
 
 ROOT = promql.ROOT
@@ -90,7 +90,10 @@ def _subcommand(name: str) -> argparse.ArgumentParser:
     """The parser of one `rehearsal-gateway` subcommand, registered by the room that owns it."""
     parser = argparse.ArgumentParser(prog="rehearsal-gateway", exit_on_error=False)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    module = {"serve": "server.launcher.serve", "twin": "twin.cli"}[name]
+    module = {
+        "serve": "rehearsal_gateway.server.launcher.serve",
+        "twin": "rehearsal_gateway.twin.cli",
+    }[name]
     importlib.import_module(module).register(subparsers)
     chosen: argparse.ArgumentParser = subparsers.choices[name]
     return chosen

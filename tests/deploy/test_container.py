@@ -137,7 +137,7 @@ def test_runtime_stage_gets_only_the_virtualenv() -> None:
 
 
 def test_dockerfile_copies_what_the_build_needs() -> None:
-    """Every COPY source exists and the copied packages are exactly those pyproject installs."""
+    """Every COPY source exists; the copies are the package pyproject installs and what it links."""
     sources = _copy_sources()
     # README.md is pyproject's `readme`: setuptools cannot build the wheel without it.
     assert "README.md" in sources
@@ -147,7 +147,9 @@ def test_dockerfile_copies_what_the_build_needs() -> None:
     packages = {
         p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     }
-    assert packages == {Path(s).name for s in sources} - {"pyproject.toml", "README.md"}
+    linked = {path.name for path in (ROOT / "rehearsal_gateway").iterdir() if path.is_symlink()}
+    assert linked == {"server", "rehearsal", "clients", "twin"}
+    assert packages | linked == {Path(s).name for s in sources} - {"pyproject.toml", "README.md"}
 
 
 # --- .dockerignore, evaluated as Docker does (moby's patternmatcher) ------------------------

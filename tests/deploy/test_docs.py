@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from clients.cli import build_parser
+from rehearsal_gateway.clients.cli import build_parser
 from tests.deploy import promql
 
 DOCS = promql.ROOT / "docs"
@@ -66,4 +66,4 @@ def test_deploy_doc_up_commands_parse() -> None:
     for words in commands:
         args = parser.parse_args(words)
         assert args.model
-        assert args.func.__module__ == "server.launcher.up"
+        assert args.func.__module__ == "rehearsal_gateway.server.launcher.up"

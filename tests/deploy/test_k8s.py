@@ -28,7 +28,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from server.settings import GatewaySettings
+from rehearsal_gateway.server.settings import GatewaySettings
 from tests.support.procs import ROOT
 
 K8S = ROOT / "deploy" / "k8s"
@@ -429,7 +429,7 @@ def test_multi_engine_shares_its_model_cache_across_nodes() -> None:
 
 def test_in_flight_component_scales_on_the_gateway_gauge() -> None:
     """With the component, the HPA reads the in-flight Pods metric the gateway exports, plus CPU."""
-    from server.telemetry.families import PREFIX
+    from rehearsal_gateway.server.telemetry.families import PREFIX
 
     metrics = _one(render("in-flight-hpa"), "HorizontalPodAutoscaler", GATEWAY)["spec"]["metrics"]
     assert [m["type"] for m in metrics] == ["Pods", "Resource"]

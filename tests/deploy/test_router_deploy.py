@@ -24,7 +24,7 @@ import httpx
 import pytest
 from vllm_router.launch_router import parse_router_args
 
-from server.settings import GatewaySettings
+from rehearsal_gateway.server.settings import GatewaySettings
 from tests.deploy.test_assets import (
     DEPLOY,
     ENGINE_PORT,

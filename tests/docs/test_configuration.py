@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rehearsal.budget import HEADERS
-from server.settings import GatewaySettings
+from rehearsal_gateway.rehearsal.budget import HEADERS
+from rehearsal_gateway.server.settings import GatewaySettings
 from tests.support.procs import ROOT
 
 REFERENCE = (ROOT / "docs" / "configuration.md").read_text()

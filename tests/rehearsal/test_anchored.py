@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from rehearsal.budget import Budget
-from rehearsal.context import PlannerSettings
-from rehearsal.errors import GeneratorError
-from rehearsal.planner import Planner
-from rehearsal.testing import (
+from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.context import PlannerSettings
+from rehearsal_gateway.rehearsal.errors import GeneratorError
+from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.testing import (
     ScriptedGenerator,
     about,
     acting,

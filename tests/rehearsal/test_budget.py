@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from rehearsal.budget import Budget, BudgetCaps, check_budget, resolve_budget
-from rehearsal.errors import BudgetError, RehearsalError
+from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps, check_budget, resolve_budget
+from rehearsal_gateway.rehearsal.errors import BudgetError, RehearsalError
 
 DEFAULTS = Budget()
 CAPS = BudgetCaps()

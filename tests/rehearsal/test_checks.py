@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from rehearsal.checks import ToolChecker
-from rehearsal.messages import AssistantTurn, ToolCall
-from rehearsal.testing import multi_call_turn, tool_turn
+from rehearsal_gateway.rehearsal.checks import ToolChecker
+from rehearsal_gateway.rehearsal.messages import AssistantTurn, ToolCall
+from rehearsal_gateway.rehearsal.testing import multi_call_turn, tool_turn
 from tests.rehearsal.conftest import TOOLS
 
 

@@ -6,10 +6,15 @@ import asyncio
 import random
 import time
 
-from rehearsal.budget import Budget
-from rehearsal.messages import AssistantTurn, GenerationRequest, GenerationResponse, ToolCall
-from rehearsal.planner import Planner
-from rehearsal.testing import imagined
+from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.messages import (
+    AssistantTurn,
+    GenerationRequest,
+    GenerationResponse,
+    ToolCall,
+)
+from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.testing import imagined
 from tests.rehearsal.conftest import make_request
 
 DELAY_S = 0.05

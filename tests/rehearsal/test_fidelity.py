@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rehearsal.fidelity import fidelity, parse_observation
+from rehearsal_gateway.rehearsal.fidelity import fidelity, parse_observation
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

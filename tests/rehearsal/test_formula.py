@@ -9,11 +9,16 @@ from typing import Any
 
 import pytest
 
-from rehearsal.budget import Budget
-from rehearsal.messages import AssistantTurn, GenerationRequest, GenerationResponse, ToolCall
-from rehearsal.planner import Planner
-from rehearsal.testing import ScriptedGenerator, imagined, veto
-from rehearsal.trace import RehearsalResult
+from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.messages import (
+    AssistantTurn,
+    GenerationRequest,
+    GenerationResponse,
+    ToolCall,
+)
+from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.testing import ScriptedGenerator, imagined, veto
+from rehearsal_gateway.rehearsal.trace import RehearsalResult
 from tests.rehearsal.conftest import make_request
 
 

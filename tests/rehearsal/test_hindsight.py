@@ -8,13 +8,25 @@ from typing import Any
 
 import pytest
 
-from rehearsal.budget import Budget
-from rehearsal.commit import evidence, least_bad
-from rehearsal.context import RehearsalRequest
-from rehearsal.hindsight import REPEAT_CODE, content_text, real_error, real_failures
-from rehearsal.planner import Planner
-from rehearsal.testing import ScriptedGenerator, about, acting, imagined, tool_turn, veto
-from rehearsal.trace import ImaginedObservation, Step, Trajectory
+from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.commit import evidence, least_bad
+from rehearsal_gateway.rehearsal.context import RehearsalRequest
+from rehearsal_gateway.rehearsal.hindsight import (
+    REPEAT_CODE,
+    content_text,
+    real_error,
+    real_failures,
+)
+from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.testing import (
+    ScriptedGenerator,
+    about,
+    acting,
+    imagined,
+    tool_turn,
+    veto,
+)
+from rehearsal_gateway.rehearsal.trace import ImaginedObservation, Step, Trajectory
 
 AIRLINE_TOOLS: tuple[dict[str, Any], ...] = tuple(
     {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import rehearsal
+import rehearsal_gateway.rehearsal as rehearsal
 
 FORBIDDEN = {"fastapi", "starlette", "httpx", "redis", "prometheus_client"}
 PACKAGE = Path(rehearsal.__file__).parent

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from rehearsal.memory import (
+from rehearsal_gateway.rehearsal.memory import (
     MemoryEntry,
     entry_for,
     estimate_tokens,
     note_message,
     render_note,
 )
-from rehearsal.testing import answer_turn, tool_turn
-from rehearsal.trace import ImaginedObservation, Step, Trajectory
+from rehearsal_gateway.rehearsal.testing import answer_turn, tool_turn
+from rehearsal_gateway.rehearsal.trace import ImaginedObservation, Step, Trajectory
 
 FORMATS = Path(__file__).parents[2] / "docs" / "formats.md"
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from rehearsal.errors import GeneratorError, MalformedResponse
-from rehearsal.messages import (
+from rehearsal_gateway.rehearsal.errors import GeneratorError, MalformedResponse
+from rehearsal_gateway.rehearsal.messages import (
     AssistantTurn,
     GenerationRequest,
     GenerationResponse,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from rehearsal.parsing import (
+from rehearsal_gateway.rehearsal.parsing import (
     PARSE_CLASSES,
     VETO_CODES,
     classify_result,

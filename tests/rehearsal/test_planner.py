@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from rehearsal.budget import Budget
-from rehearsal.errors import GeneratorError
-from rehearsal.memory import MemoryEntry
-from rehearsal.planner import Planner
-from rehearsal.prompts import GroundingObservation
-from rehearsal.testing import (
+from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.errors import GeneratorError
+from rehearsal_gateway.rehearsal.memory import MemoryEntry
+from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.prompts import GroundingObservation
+from rehearsal_gateway.rehearsal.testing import (
     InMemoryStore,
     ScriptedGenerator,
     about,
@@ -306,7 +306,7 @@ async def test_failed_first_call_falls_back_then_raises_when_all_fail(rng: rando
 
 async def test_empty_engine_answer_counts_as_an_engine_error(rng: random.Random) -> None:
     """A response with no choices is a failed call, not a crash."""
-    from rehearsal.messages import GenerationResponse
+    from rehearsal_gateway.rehearsal.messages import GenerationResponse
 
     engine = ScriptedGenerator().enqueue(GenerationResponse(()), acting(GET), role="act")
     result = await run(engine, rng, budget=2)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from rehearsal.errors import PromptError
-from rehearsal.messages import AssistantTurn, ToolCall
-from rehearsal.prompts import (
+from rehearsal_gateway.rehearsal.errors import PromptError
+from rehearsal_gateway.rehearsal.messages import AssistantTurn, ToolCall
+from rehearsal_gateway.rehearsal.prompts import (
     DEFAULT_SYSTEM_INSTRUCTION,
     GroundingObservation,
     ToolsText,

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from rehearsal.budget import Budget
-from rehearsal.memory import entry_for
-from rehearsal.planner import Planner
-from rehearsal.testing import (
+from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.memory import entry_for
+from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.testing import (
     ScriptedGenerator,
     about,
     acting,

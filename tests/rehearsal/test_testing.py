@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rehearsal.messages import GenerationRequest
-from rehearsal.testing import (
+from rehearsal_gateway.rehearsal.messages import GenerationRequest
+from rehearsal_gateway.rehearsal.testing import (
     InMemoryStore,
     ScriptedGenerator,
     about,
@@ -57,7 +57,7 @@ def test_multi_call_turn_keeps_order() -> None:
 
 async def test_in_memory_store_orders_and_caps() -> None:
     """Memory is newest first and capped; grounding puts the exact arguments first."""
-    from rehearsal.prompts import GroundingObservation
+    from rehearsal_gateway.rehearsal.prompts import GroundingObservation
 
     store = InMemoryStore(max_entries=3)
     await store.append_memory("t", "s", [{"n": 1}, {"n": 2}])

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from rehearsal.budget import Budget
-from rehearsal.commit import select
-from rehearsal.messages import AssistantTurn
-from rehearsal.parsing import Verdict
-from rehearsal.testing import answer_turn, multi_call_turn, tool_turn
-from rehearsal.trace import Ending, ImaginedObservation, RehearsalResult, Step, Trajectory
+from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.commit import select
+from rehearsal_gateway.rehearsal.messages import AssistantTurn
+from rehearsal_gateway.rehearsal.parsing import Verdict
+from rehearsal_gateway.rehearsal.testing import answer_turn, multi_call_turn, tool_turn
+from rehearsal_gateway.rehearsal.trace import (
+    Ending,
+    ImaginedObservation,
+    RehearsalResult,
+    Step,
+    Trajectory,
+)
 
 
 def step(turn: AssistantTurn, *verdicts: Verdict) -> Step:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from rehearsal.trust import POOLED, Counts, TrustSettings, cell, policies, policy_for, trust_row
+from rehearsal_gateway.rehearsal.trust import (
+    POOLED,
+    Counts,
+    TrustSettings,
+    cell,
+    policies,
+    policy_for,
+    trust_row,
+)
 
 SETTINGS = TrustSettings(min_samples=8)
 

@@ -14,11 +14,11 @@ import httpx
 import openai
 import redis
 
+from rehearsal_gateway.twin.worlds import Task, World, load_world
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL
 from tests.support import inprocess
 from tests.support.inprocess import InProcessGateway
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
-from twin.worlds import Task, World, load_world
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from server.errors import Unauthorized
-from server.http.auth import DEFAULT_TENANT, ApiKeyRing, key_digest, tenant_of
+from rehearsal_gateway.server.errors import Unauthorized
+from rehearsal_gateway.server.http.auth import DEFAULT_TENANT, ApiKeyRing, key_digest, tenant_of
 from tests.server.conftest import TWIN_MODEL
 
 KEY = "sk-test-0f1e2d3c4b5a69788796a5b4c3d2e1f0"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.chat.precheck import HeadPrecheck
+from rehearsal_gateway.server.chat.precheck import HeadPrecheck
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL
 from tests.support import inprocess
 from tests.support.inprocess import InProcessGateway

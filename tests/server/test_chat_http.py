@@ -20,8 +20,8 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-import server.http.routes as routes
-from server.chat.service import ChatService
+import rehearsal_gateway.server.http.routes as routes
+from rehearsal_gateway.server.chat.service import ChatService
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL, metric_value
 from tests.support import inprocess
 from tests.support.inprocess import InProcessGateway

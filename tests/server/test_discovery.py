@@ -18,9 +18,9 @@ import httpx
 import pytest
 import uvicorn
 
-from server.app import create_app
-from server.engines.discovery import expand
-from server.settings import EngineSpec, GatewaySettings
+from rehearsal_gateway.server.app import create_app
+from rehearsal_gateway.server.engines.discovery import expand
+from rehearsal_gateway.server.settings import EngineSpec, GatewaySettings
 from tests.server.conftest import TWIN_MODEL, metric_value
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.telemetry.readiness import Draining, readiness
+from rehearsal_gateway.server.telemetry.readiness import Draining, readiness
 
 BODY = {"model": "double-model", "messages": [{"role": "user", "content": "x"}]}
 

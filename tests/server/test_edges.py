@@ -15,9 +15,9 @@ import time
 import httpx
 import pytest
 
-from server.http.client_gone import CLIENT_GONE_KEY, ClientGone
-from server.http.head_held import HeadHeld
-from server.http.relay import ClientDisconnected, until_disconnect
+from rehearsal_gateway.server.http.client_gone import CLIENT_GONE_KEY, ClientGone
+from rehearsal_gateway.server.http.head_held import HeadHeld
+from rehearsal_gateway.server.http.relay import ClientDisconnected, until_disconnect
 from tests.server.conftest import metric_value
 
 BODY = b'{"model": "double-model", "messages": [{"role": "user", "content": "x"}]}'

@@ -21,13 +21,13 @@ import pytest
 import trustme
 
 from benchmarks.transports import HttpxTransport
-from server.engines.client import EngineClient, Waits
-from server.engines.pool import Engine
-from server.engines.transport import EngineTransport
-from server.engines.transports import AiohttpTransport, tls_context
-from server.errors import EngineRejected, EngineUnavailable
-from server.settings import EngineSpec, GatewaySettings
-from server.telemetry.metrics import GatewayMetrics
+from rehearsal_gateway.server.engines.client import EngineClient, Waits
+from rehearsal_gateway.server.engines.pool import Engine
+from rehearsal_gateway.server.engines.transport import EngineTransport
+from rehearsal_gateway.server.engines.transports import AiohttpTransport, tls_context
+from rehearsal_gateway.server.errors import EngineRejected, EngineUnavailable
+from rehearsal_gateway.server.settings import EngineSpec, GatewaySettings
+from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
 ANSWER = b'{"id":"c","object":"chat.completion","choices":[],"usage":null}'

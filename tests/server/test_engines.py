@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from server.engines.engine import rehearsal_slots
-from server.engines.pool import Engine, EnginePool, Probe, affinity_key
-from server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
-from server.settings import ALL_ROLES, EngineSpec, Role
-from server.telemetry.metrics import GatewayMetrics
+from rehearsal_gateway.server.engines.engine import rehearsal_slots
+from rehearsal_gateway.server.engines.pool import Engine, EnginePool, Probe, affinity_key
+from rehearsal_gateway.server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
+from rehearsal_gateway.server.settings import ALL_ROLES, EngineSpec, Role
+from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
 
 
 def make_pool(count: int = 3, limit: int = 2, share: float = 1.0, **options: object) -> EnginePool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from server.chat.service import decode_chat_request
-from server.errors import (
+from rehearsal_gateway.server.chat.service import decode_chat_request
+from rehearsal_gateway.server.errors import (
     EngineFailed,
     EngineOverloaded,
     EngineRejected,
@@ -25,7 +25,7 @@ from server.errors import (
     error_status_and_body,
     sse_error_event,
 )
-from server.protocol import ChatCompletion, ChatCompletionRequest
+from rehearsal_gateway.server.protocol import ChatCompletion, ChatCompletionRequest
 
 
 @pytest.mark.parametrize(

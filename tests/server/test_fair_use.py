@@ -18,9 +18,13 @@ import orjson
 import pytest
 import redis
 
-from server.http.auth import key_digest, tenant_of
-from server.store.backends import RedisStore
-from server.store.limits import InProcessLimitCounters, LimitCounters, RedisLimitCounters
+from rehearsal_gateway.server.http.auth import key_digest, tenant_of
+from rehearsal_gateway.server.store.backends import RedisStore
+from rehearsal_gateway.server.store.limits import (
+    InProcessLimitCounters,
+    LimitCounters,
+    RedisLimitCounters,
+)
 from tests.server.conftest import TWIN_MODEL
 from tests.support.procs import free_port
 from tests.support.redis_servers import start_redis

@@ -290,8 +290,8 @@ def test_a_rehearsal_on_a_hung_engine_ends_by_its_deadline_plus_one_commit(
 ) -> None:
     """An engine that passes its probes but never answers a call: the rehearsal's calls are cut
     at ``deadline_ms`` + ``RGW_COMMIT_TIMEOUT`` (0.5 s + 1 s here), with a 504 or an SSE error."""
+    from rehearsal_gateway.twin.worlds import load_world
     from tests.server.rehearsal_support import opening
-    from twin.worlds import load_world
 
     world = load_world("retail")
     hung = start_double("hang", model=TWIN_MODEL)

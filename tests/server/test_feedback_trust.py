@@ -12,11 +12,11 @@ import json
 
 import pytest
 
-from server.rehearse.committed import TOOL_CALL_PREFIX
-from server.rehearse.feedback import Feedback, pending_record
-from server.store.inprocess import InProcessStore
-from server.store.writer import StoreWriter
-from server.telemetry.metrics import GatewayMetrics
+from rehearsal_gateway.server.rehearse.committed import TOOL_CALL_PREFIX
+from rehearsal_gateway.server.rehearse.feedback import Feedback, pending_record
+from rehearsal_gateway.server.store.inprocess import InProcessStore
+from rehearsal_gateway.server.store.writer import StoreWriter
+from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
 
 
 @pytest.mark.parametrize(

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from server.engines.pool import Engine, EnginePool, Probe
-from server.engines.streams import split_events
-from server.settings import EngineSpec
-from server.telemetry.metrics import GatewayMetrics
+from rehearsal_gateway.server.engines.pool import Engine, EnginePool, Probe
+from rehearsal_gateway.server.engines.streams import split_events
+from rehearsal_gateway.server.settings import EngineSpec
+from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
 
 EJECTIONS = "rehearsal_gateway_engine_ejections_total"
 

@@ -16,8 +16,8 @@ from tests.support.procs import ROOT, free_port
 
 PROBE = """
 import asyncio, gc, sys
-from server.app import GC_THRESHOLDS, app_from_environment, create_app
-from server.settings import GatewaySettings
+from rehearsal_gateway.server.app import GC_THRESHOLDS, app_from_environment, create_app
+from rehearsal_gateway.server.settings import GatewaySettings
 
 async def start_and_stop(app):
     messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]

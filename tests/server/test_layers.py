@@ -3,7 +3,8 @@
 The layers, top to bottom (docs/architecture.md draws them). A module may import modules of its
 own layer's package and of any lower layer; two packages on one floor (``store``, ``engines``)
 may not import each other. Every import counts: at the top of a module, inside a function, or
-under ``TYPE_CHECKING``.
+under ``TYPE_CHECKING``. Names are read without the installed prefix (``rehearsal_gateway.``):
+``rehearsal_gateway.server.chat`` is the part ``server.chat``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import server
+import rehearsal_gateway.server as server
 
 ROOT = Path(server.__file__).parent
 
@@ -35,6 +36,7 @@ FLOORS: dict[str, int] = {
     "server.errors": 0,
 }
 OUTSIDE = {"twin", "clients", "tests", "benchmarks"}
+PREFIX = "rehearsal_gateway."
 
 
 def module_name(path: Path) -> str:
@@ -56,7 +58,7 @@ def imports_of(source: str, module: str, package: bool) -> set[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             names.add(base)
             names |= {f"{base}.{alias.name}" for alias in node.names}
-    return names
+    return {name.removeprefix(PREFIX) for name in names}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -173,7 +175,10 @@ def test_the_checks_catch_what_they_guard() -> None:
         "server.store.keys -> server.engines.pool",
     ]
     assert circles(graph) == [["server.rehearse.a", "server.rehearse.b"]]
-    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from server.chat import x\n"
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from rehearsal_gateway.server.chat import x\n"
+    )
     assert "server.chat.x" in imports_of(source, "server.rehearse.a", False)
     assert imports_of("from . import b\n", "server.rehearse.a", False) == {
         "server.rehearse",

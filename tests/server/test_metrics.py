@@ -9,8 +9,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from server.telemetry.families import REQUEST_BUCKETS
-from server.telemetry.metrics import GatewayMetrics
+from rehearsal_gateway.server.telemetry.families import REQUEST_BUCKETS
+from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "metrics-spec.md"
 IMPLEMENTED = {

@@ -21,8 +21,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.http.auth import key_digest, tenant_of
-from server.telemetry.logs import JsonFormatter, request_id_from
+from rehearsal_gateway.server.http.auth import key_digest, tenant_of
+from rehearsal_gateway.server.telemetry.logs import JsonFormatter, request_id_from
 from tests.deploy import promql
 from tests.server.conftest import TWIN_MODEL
 from tests.server.rehearsal_support import (
@@ -432,7 +432,7 @@ def test_content_logging_is_opt_in_and_never_logs_keys(start_twin, start_gateway
 
 def test_documented_buckets_match_the_code() -> None:
     """docs/metrics.md lists each bucket layout exactly as server/telemetry/families.py has it."""
-    from server.telemetry import families
+    from rehearsal_gateway.server.telemetry import families
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
     for name in ("OVERHEAD_BUCKETS", "REQUEST_BUCKETS", "REAL_CALL_BUCKETS", "FIDELITY_BUCKETS"):

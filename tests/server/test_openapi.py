@@ -23,8 +23,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from server.app import create_app
-from server.settings import GatewaySettings
+from rehearsal_gateway.server.app import create_app
+from rehearsal_gateway.server.settings import GatewaySettings
 from tests.server.conftest import TWIN_MODEL
 from tests.server.rehearsal_support import Stack, running_stack
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from benchmarks.bodies import build_bodies
-from server.chat.precheck import HeadPrecheck, build_precheck
-from server.chat_call import HeadFields
-from server.protocol import ChatRequestHead
+from rehearsal_gateway.server.chat.precheck import HeadPrecheck, build_precheck
+from rehearsal_gateway.server.chat_call import HeadFields
+from rehearsal_gateway.server.protocol import ChatRequestHead
 
 # One pre-check for the module, built as the lifespan builds an app's.
 PRECHECK = build_precheck()

@@ -221,7 +221,7 @@ def _signature(name: str, arguments: str) -> str:
 def test_minted_tool_call_ids_are_call_and_24_base62_characters() -> None:
     import re
 
-    from server.rehearse.committed import mint_tool_call_id
+    from rehearsal_gateway.server.rehearse.committed import mint_tool_call_id
 
     ids = [mint_tool_call_id() for _ in range(500)]
     assert all(re.fullmatch(r"call_[0-9A-Za-z]{24}", i) for i in ids)
@@ -236,7 +236,7 @@ def test_a_minted_id_writes_its_number_in_base62_least_significant_digit_first(
     import secrets
     import string
 
-    from server.rehearse import committed
+    from rehearsal_gateway.server.rehearse import committed
 
     digits62 = string.digits + string.ascii_letters
     for number in (0, 1, 61, 62, 3843, 3844, 62**24 - 1, 123456789 * 62**17 + 987654321):

@@ -17,9 +17,13 @@ import httpx
 import orjson
 import pytest
 
-from rehearsal.errors import GeneratorError, MalformedResponse
-from rehearsal.messages import AssistantTurn, GenerationRequest, GenerationResponse
-from server.rehearse.batching import Batcher, BatchRefused, BatchRoute, batchable
+from rehearsal_gateway.rehearsal.errors import GeneratorError, MalformedResponse
+from rehearsal_gateway.rehearsal.messages import (
+    AssistantTurn,
+    GenerationRequest,
+    GenerationResponse,
+)
+from rehearsal_gateway.server.rehearse.batching import Batcher, BatchRefused, BatchRoute, batchable
 from tests.server.conftest import metric_value
 from tests.server.rehearsal_support import Stack, chat, opening, rehearsal_of, running_stack
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from rehearsal_gateway.twin.worlds import load_world
 from tests.server.conftest import TWIN_MODEL, metric_value
 from tests.server.rehearsal_support import (
     assistant_turn,
@@ -29,7 +30,6 @@ from tests.server.rehearsal_support import (
 )
 from tests.server.test_disconnect import wait_for_running
 from tests.support.procs import free_port
-from twin.worlds import load_world
 
 WORLD = load_world("retail")
 KNOBS = {"mode": "parallel", "budget": 2, "commit": "select", "early_exit": False}

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rehearsal_gateway.twin.worlds import load_world
 from tests.server.conftest import TWIN_MODEL
 from tests.server.rehearsal_support import Stack, opening, running_stack
-from twin.worlds import load_world
 
 WORLD = load_world("retail")
 

@@ -12,12 +12,16 @@ from typing import Any
 import orjson
 import pytest
 
-from rehearsal.budget import Budget, BudgetCaps
-from rehearsal.context import PlannerSettings
-from server.chat.service import ChatService
-from server.engines.pool import affinity_key
-from server.errors import InvalidRequest
-from server.rehearse.service import RehearsalService, _off_unless_asked, resolve_knobs
+from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps
+from rehearsal_gateway.rehearsal.context import PlannerSettings
+from rehearsal_gateway.server.chat.service import ChatService
+from rehearsal_gateway.server.engines.pool import affinity_key
+from rehearsal_gateway.server.errors import InvalidRequest
+from rehearsal_gateway.server.rehearse.service import (
+    RehearsalService,
+    _off_unless_asked,
+    resolve_knobs,
+)
 from tests.server.test_engines import make_pool
 
 CAPS = BudgetCaps(max_budget=8, max_depth=3, max_deadline_ms=60_000)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from rehearsal.messages import GenerationRequest
-from server.rehearse.defaults import rehearse_priority
-from server.rehearse.engine_port import EngineGenerator
-from server.settings import REHEARSAL_PRIORITY, GatewaySettings
+from rehearsal_gateway.rehearsal.messages import GenerationRequest
+from rehearsal_gateway.server.rehearse.defaults import rehearse_priority
+from rehearsal_gateway.server.rehearse.engine_port import EngineGenerator
+from rehearsal_gateway.server.settings import REHEARSAL_PRIORITY, GatewaySettings
 
 
 def _payload(priority: int | None, role: str) -> dict[str, object]:

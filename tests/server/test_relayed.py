@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from server.chat.relayed import NOT_RELAYED, RELAYED
+from rehearsal_gateway.server.chat.relayed import NOT_RELAYED, RELAYED
 from tests.server.conftest import TWIN_MODEL
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
 

@@ -14,9 +14,9 @@ import httpx
 import openai
 import pytest
 
-from server.app import create_app
-from server.chat.relayed import NOT_RELAYED, RELAYED
-from server.settings import GatewaySettings
+from rehearsal_gateway.server.app import create_app
+from rehearsal_gateway.server.chat.relayed import NOT_RELAYED, RELAYED
+from rehearsal_gateway.server.settings import GatewaySettings
 from tests.contract.wire import THINKING_OFF, WEATHER_TOOL, forced_tool_call_extra
 from tests.support.procs import Proc
 from tests.support.vllm import SERVED_MODEL_NAME

@@ -24,11 +24,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rehearsal_gateway.twin.worlds import World, load_world
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL
 from tests.server.rehearsal_support import REDIS_URL, drop_prefix, opening
 from tests.support import inprocess
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
-from twin.worlds import World, load_world
 
 CHAT = "/v1/chat/completions"
 

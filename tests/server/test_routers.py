@@ -19,16 +19,16 @@ import httpx
 import openai
 import pytest
 
-from server.engines.client import call_headers
-from server.engines.pool import Engine, EnginePool, affinity_key
-from server.engines.routers import affinity_token
-from server.settings import EngineSpec, GatewaySettings
-from server.telemetry.metrics import GatewayMetrics
+from rehearsal_gateway.server.engines.client import call_headers
+from rehearsal_gateway.server.engines.pool import Engine, EnginePool, affinity_key
+from rehearsal_gateway.server.engines.routers import affinity_token
+from rehearsal_gateway.server.settings import EngineSpec, GatewaySettings
+from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
+from rehearsal_gateway.twin.worlds import World, load_world
 from tests.server.conftest import TWIN_MODEL, metric_value
 from tests.server.rehearsal_support import assistant_turn, opening, rehearsal_of
 from tests.support.procs import Proc
 from tests.support.router import start_router
-from twin.worlds import World, load_world
 
 REHEARSE = {"mode": "parallel", "budget": 3, "commit": "reflect", "early_exit": False}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from server.engines.testing import (
+from rehearsal_gateway.server.engines.testing import (
     ScriptedTransport,
     about,
     completion,

@@ -6,10 +6,15 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from rehearsal.budget import Budget
-from server.rehearse.defaults import budget_caps, budget_defaults, planner_settings, trust_settings
-from server.settings import MASK, EngineSpec, GatewaySettings
-from server.store.opening import lifetimes
+from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.server.rehearse.defaults import (
+    budget_caps,
+    budget_defaults,
+    planner_settings,
+    trust_settings,
+)
+from rehearsal_gateway.server.settings import MASK, EngineSpec, GatewaySettings
+from rehearsal_gateway.server.store.opening import lifetimes
 
 
 def test_engines_aliases_and_keys_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from server.errors import StoreUnavailable
-from server.store.backends import RedisStore, RehearsalStore, dump_value
-from server.store.inprocess import InProcessStore
-from server.store.keys import Keys, Lifetimes
+from rehearsal_gateway.server.errors import StoreUnavailable
+from rehearsal_gateway.server.store.backends import RedisStore, RehearsalStore, dump_value
+from rehearsal_gateway.server.store.inprocess import InProcessStore
+from rehearsal_gateway.server.store.keys import Keys, Lifetimes
 from tests.support.procs import free_port
 from tests.support.redis_servers import scratch_store
 

@@ -20,15 +20,15 @@ from typing import Any
 import openai
 import pytest
 
-from server.errors import StoreUnavailable
-from server.store.backends import RedisStore
-from server.store.connect import RedisUrlError, Topology, parse
-from server.store.keys import Keys, Lifetimes
+from rehearsal_gateway.server.errors import StoreUnavailable
+from rehearsal_gateway.server.store.backends import RedisStore
+from rehearsal_gateway.server.store.connect import RedisUrlError, Topology, parse
+from rehearsal_gateway.server.store.keys import Keys, Lifetimes
+from rehearsal_gateway.twin.worlds import World, load_world
 from tests.server.conftest import TWIN_MODEL
 from tests.server.rehearsal_support import assistant_turn, opening, rehearsal_of
 from tests.support.procs import Proc
 from tests.support.redis_servers import Cluster, SentinelPair, redis_cluster, redis_sentinel
-from twin.worlds import World, load_world
 
 REHEARSE = {"mode": "parallel", "budget": 3, "commit": "select", "early_exit": False}
 
@@ -90,7 +90,7 @@ def test_bad_redis_urls_say_what_is_wrong(url: str, says: str) -> None:
 
 def test_brace_in_the_prefix_is_refused() -> None:
     """A brace in the prefix would become every key's hash tag: refused."""
-    from server.settings import GatewaySettings
+    from rehearsal_gateway.server.settings import GatewaySettings
 
     with pytest.raises(ValueError, match="braces"):
         GatewaySettings(redis_prefix="{rgw}:")

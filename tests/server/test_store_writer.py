@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from server.store.backends import RedisStore
-from server.store.writer import StoreWriter
-from server.telemetry.metrics import GatewayMetrics
+from rehearsal_gateway.server.store.backends import RedisStore
+from rehearsal_gateway.server.store.writer import StoreWriter
+from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
 from tests.support.procs import free_port
 from tests.support.redis_servers import scratch_store, start_redis
 

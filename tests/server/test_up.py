@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from server.launcher.up import ENVACE_FLAGS, UsageError, batch_slots
+from rehearsal_gateway.server.launcher.up import ENVACE_FLAGS, UsageError, batch_slots
 from tests.contract.wire import USER_ASKS, WEATHER_TOOL, forced_tool_call_extra
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL, metric_value
 from tests.support.procs import ROOT, Proc, cli_argv, free_port, start_http_server

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from server.telemetry.waits import WaitClock, current_clock, deadline, waiting
+from rehearsal_gateway.server.telemetry.waits import WaitClock, current_clock, deadline, waiting
 
 
 async def test_a_block_past_its_deadline_raises_timeout_error() -> None:

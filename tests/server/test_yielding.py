@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from server.engines.yielding import RealWork
+from rehearsal_gateway.server.engines.yielding import RealWork
 
 
 def test_quiet_period_counts_only_others_work_and_forgets_old_endings() -> None:

@@ -51,7 +51,7 @@ def main() -> None:
         time.sleep(600)
     twin = ["twin", "--host", args.host, "--port", args.port]
     twin += ["--served-model-name", args.served_model_name]
-    os.execv(sys.executable, [sys.executable, "-m", "clients.cli", *twin])
+    os.execv(sys.executable, [sys.executable, "-m", "rehearsal_gateway.clients.cli", *twin])
 
 
 if __name__ == "__main__":

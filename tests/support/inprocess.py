@@ -24,10 +24,10 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from server.app import create_app
-from server.engines.transport import EngineTransport
-from server.launcher import serve
-from server.telemetry.logs import REQUEST_LOGGER, JsonFormatter
+from rehearsal_gateway.server.app import create_app
+from rehearsal_gateway.server.engines.transport import EngineTransport
+from rehearsal_gateway.server.launcher import serve
+from rehearsal_gateway.server.telemetry.logs import REQUEST_LOGGER, JsonFormatter
 from tests.support.procs import free_port
 
 _ENV_LOCK = threading.Lock()

@@ -109,7 +109,7 @@ def start_http_server(
 
 def cli_argv(*args: str) -> list[str]:
     """The `rehearsal-gateway` CLI run by this interpreter (no reliance on PATH)."""
-    return [sys.executable, "-m", "clients.cli", *args]
+    return [sys.executable, "-m", "rehearsal_gateway.clients.cli", *args]
 
 
 @contextlib.contextmanager

@@ -21,8 +21,8 @@ from pathlib import Path
 import redis
 import redis.asyncio as aioredis
 
-from server.store.backends import RedisStore
-from server.store.keys import Keys, Lifetimes
+from rehearsal_gateway.server.store.backends import RedisStore
+from rehearsal_gateway.server.store.keys import Keys, Lifetimes
 from tests.support.procs import free_port
 
 

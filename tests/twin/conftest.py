@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from rehearsal_gateway.twin.worlds import load_world
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
-from twin.worlds import load_world
 
 MODEL = "EnvACE-Qwen3-8B"
 

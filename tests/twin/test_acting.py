@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from twin.acting import ActingPolicy, ActingRequest
-from twin.memory_note import MemoryNote
-from twin.worlds import WORLD_NAMES, load_world
+from rehearsal_gateway.twin.acting import ActingPolicy, ActingRequest
+from rehearsal_gateway.twin.memory_note import MemoryNote
+from rehearsal_gateway.twin.worlds import WORLD_NAMES, load_world
 
 WORLDS = [load_world(n) for n in WORLD_NAMES]
 RETAIL = load_world("retail")

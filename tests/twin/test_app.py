@@ -246,7 +246,7 @@ def test_rehearsal_over_http(twin) -> None:
 
 def test_memory_note_steers_a_weak_policy(start_twin) -> None:
     """At skill 0 the twin errs; with a note vetoing its mistakes it takes the correct step."""
-    from twin.worlds import load_world
+    from rehearsal_gateway.twin.worlds import load_world
 
     weak = start_twin("--skill", "0")
     world = load_world("retail")

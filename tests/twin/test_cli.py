@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clients.cli import build_parser
+from rehearsal_gateway.clients.cli import build_parser
 
 
 def test_defaults_and_flags() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from rehearsal_gateway.twin.config import TwinSettings
+from rehearsal_gateway.twin.engine import TwinEngine
+from rehearsal_gateway.twin.protocol import TwinError, parse_request
 from tests.twin.conftest import rehearsal_request, rehearsal_text, world_request
-from twin.config import TwinSettings
-from twin.engine import TwinEngine
-from twin.protocol import TwinError, parse_request
 
 
 def _prepare(engine: TwinEngine, body: dict):

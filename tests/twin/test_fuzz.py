@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from rehearsal_gateway.twin.app import create_app
+from rehearsal_gateway.twin.config import TwinSettings
+from rehearsal_gateway.twin.worlds import load_world
 from tests.twin.conftest import rehearsal_request, rehearsal_text
-from twin.app import create_app
-from twin.config import TwinSettings
-from twin.worlds import load_world
 
 _scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 _json = st.recursive(

@@ -8,8 +8,8 @@ import time
 
 import httpx
 
+from rehearsal_gateway.twin.latency import H100, load_profile
 from tests.twin.conftest import world_request
-from twin.latency import H100, load_profile
 
 
 def test_profiles_load_and_scale(tmp_path) -> None:

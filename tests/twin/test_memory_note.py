@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twin.memory_note import parse_note, split_note
+from rehearsal_gateway.twin.memory_note import parse_note, split_note
 
 NOTE = """<rehearsal_memory>
 Imagined outcomes of candidate actions, rehearsed privately before acting. They are predictions, not real tool results.

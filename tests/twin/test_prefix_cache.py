@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from twin.prefix_cache import PrefixCache
-from twin.tokens import count_tokens, tokenize, truncate_tokens
+from rehearsal_gateway.twin.prefix_cache import PrefixCache
+from rehearsal_gateway.twin.tokens import count_tokens, tokenize, truncate_tokens
 
 
 def test_token_counter_is_deterministic_and_lossless() -> None:

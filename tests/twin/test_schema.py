@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from twin.schema import validate_call
-from twin.worlds import load_world
+from rehearsal_gateway.twin.schema import validate_call
+from rehearsal_gateway.twin.worlds import load_world
 
 DECLARED = {
     "type": "object",

@@ -7,15 +7,15 @@ import random
 
 import pytest
 
-from tests.twin.conftest import rehearsal_text
-from twin.simulator import (
+from rehearsal_gateway.twin.simulator import (
     MalformedRehearsal,
     Simulator,
     grounded_fidelity,
     is_rehearsal,
     parse_prompt,
 )
-from twin.worlds import WORLD_NAMES, load_world
+from rehearsal_gateway.twin.worlds import WORLD_NAMES, load_world
+from tests.twin.conftest import rehearsal_text
 
 WORLDS = [load_world(n) for n in WORLD_NAMES]
 RETAIL = load_world("retail")
@@ -128,8 +128,8 @@ def test_malformed_sections_raise_malformed_rehearsal(mangle) -> None:
 
 def test_gateway_core_prompt_is_understood() -> None:
     """A prompt built by the rehearsal core's own builder parses and replays in the twin."""
-    from rehearsal.messages import AssistantTurn, ToolCall
-    from rehearsal.prompts import rehearsal_user_prompt
+    from rehearsal_gateway.rehearsal.messages import AssistantTurn, ToolCall
+    from rehearsal_gateway.rehearsal.prompts import rehearsal_user_prompt
 
     history = [
         {"role": "system", "content": RETAIL.system_prompt},
@@ -227,8 +227,8 @@ def test_few_shot_section_is_parsed() -> None:
 
 def test_core_few_shot_section_is_parsed() -> None:
     """The gateway core's prompt with grounding (docs/formats.md) reads back pair by pair."""
-    from rehearsal.messages import AssistantTurn, ToolCall
-    from rehearsal.prompts import GroundingObservation, rehearsal_user_prompt
+    from rehearsal_gateway.rehearsal.messages import AssistantTurn, ToolCall
+    from rehearsal_gateway.rehearsal.prompts import GroundingObservation, rehearsal_user_prompt
 
     seen = [
         GroundingObservation("get_order", {"order_id": "W1002"}, {"status": "pending"}),

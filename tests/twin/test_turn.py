@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from twin.turn import Draft, finish
-from twin.worlds.base import Call
+from rehearsal_gateway.twin.turn import Draft, finish
+from rehearsal_gateway.twin.worlds.base import Call
 
 DRAFT = Draft(
     reasoning="I should look the order up.", calls=(Call("get_order", {"order_id": "W1"}),)

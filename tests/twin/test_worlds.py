@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twin.worlds import WORLD_NAMES, load_world, world_for_tools
+from rehearsal_gateway.twin.worlds import WORLD_NAMES, load_world, world_for_tools
 
 CASES = [
     pytest.param(world, task.id, id=task.id)

@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from rehearsal.parsing import PARSE_CLASSES
+from rehearsal_gateway.rehearsal.parsing import PARSE_CLASSES
 from tests.server.conftest import metric_value
 from tests.server.rehearsal_support import REDIS_URL, drop_prefix
 from tests.support import inprocess

@@ -8,8 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from twin.worlds import airline, bank, retail
-from twin.worlds.base import Call, Mistake, State, Task, ToolError, World, WorldTool
+from . import airline, bank, retail
+from .base import (
+    Call,
+    Mistake,
+    State,
+    Task,
+    ToolError,
+    World,
+    WorldTool,
+)
 
 __all__ = [
     "WORLD_NAMES",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin.schema import JsonObject
-from twin.worlds.base import (
+from ..schema import JsonObject
+from .base import (
     Call,
     State,
     Task,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from twin.schema import JsonObject, Violation, validate_call
+from ..schema import JsonObject, Violation, validate_call
 
 State = dict[str, Any]
 Handler = Callable[[State, JsonObject], Any]

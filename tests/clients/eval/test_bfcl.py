@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from clients.eval.bfcl import NOT_OFFERED, BfclSuite, BfclTask
+from rehearsal_gateway.clients.eval.bfcl import NOT_OFFERED, BfclSuite, BfclTask
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_task_filter_and_categories(suite: BfclSuite, tmp_path: Path) -> None:
 
 def test_makefile_installs_the_release_this_suite_names() -> None:
     """`make install` and the suite's error message name the same bfcl-eval release."""
-    from clients.eval.bfcl import BFCL_EVAL_REQUIREMENT
+    from rehearsal_gateway.clients.eval.bfcl import BFCL_EVAL_REQUIREMENT
 
     makefile = (Path(__file__).resolve().parents[3] / "Makefile").read_text()
     assert f"BFCL_EVAL := {BFCL_EVAL_REQUIREMENT}\n" in makefile

@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from clients.eval.bfcl import BFCL_EVAL_REQUIREMENT, BfclSuite
+from rehearsal_gateway.clients.eval.bfcl import BFCL_EVAL_REQUIREMENT, BfclSuite
 from tests.server.rehearsal_support import Stack, running_stack
 from tests.support.procs import ROOT, cli_argv, free_port
 

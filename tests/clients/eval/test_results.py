@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from clients.eval.episode import Episode
-from clients.eval.results import EPISODES, RunDir, RunMismatch
+from rehearsal_gateway.clients.eval.episode import Episode
+from rehearsal_gateway.clients.eval.results import EPISODES, RunDir, RunMismatch
 
 MANIFEST = {"suite": "worlds", "sampling": {"temperature": 0.6}}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clients.eval.episode import Cell, Episode
-from clients.eval.summary import percentile, sign_test, summarize, to_csv, wilson
+from rehearsal_gateway.clients.eval.episode import Cell, Episode
+from rehearsal_gateway.clients.eval.summary import percentile, sign_test, summarize, to_csv, wilson
 
 
 @pytest.mark.parametrize(
