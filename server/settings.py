@@ -55,7 +55,7 @@ class EngineSpec(BaseModel):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
+    def check_http_url(cls, value: str) -> str:
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"engine URL must be http(s)://host:port[/v1], got {value!r}")
@@ -281,7 +281,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("engines", mode="before")
     @classmethod
-    def _engines(cls, value: Any) -> Any:
+    def split_engines(cls, value: Any) -> Any:
         items = _split_list(value, None)
         if isinstance(items, list):
             return [EngineSpec.parse(item) if isinstance(item, str) else item for item in items]
@@ -289,7 +289,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("engines")
     @classmethod
-    def _unique_names(cls, value: list[EngineSpec]) -> list[EngineSpec]:
+    def check_unique_names(cls, value: list[EngineSpec]) -> list[EngineSpec]:
         labels = [spec.label for spec in value]
         if len(set(labels)) != len(labels):
             raise ValueError(f"engine names must be unique, got {labels}")
@@ -297,7 +297,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("redis_prefix")
     @classmethod
-    def _prefix_without_braces(cls, value: str) -> str:
+    def check_prefix_without_braces(cls, value: str) -> str:
         # A brace would become the Redis Cluster hash tag of every key (server/store/keys.py).
         if "{" in value or "}" in value:
             raise ValueError(f"the Redis key prefix may not contain braces, got {value!r}")
@@ -305,7 +305,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("aliases", mode="before")
     @classmethod
-    def _aliases(cls, value: Any) -> Any:
+    def split_aliases(cls, value: Any) -> Any:
         if isinstance(value, str):
             stripped = value.strip()
             if stripped.startswith("{"):
@@ -316,7 +316,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("trust_pins", mode="before")
     @classmethod
-    def _pins(cls, value: Any) -> Any:
+    def split_pins(cls, value: Any) -> Any:
         if isinstance(value, str):
             stripped = value.strip()
             if stripped.startswith("{"):
@@ -327,12 +327,12 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("limit_overrides", mode="before")
     @classmethod
-    def _overrides(cls, value: Any) -> Any:
+    def parse_overrides(cls, value: Any) -> Any:
         return orjson.loads(value) if isinstance(value, str) and value.strip() else value or {}
 
     @field_validator("api_keys", mode="before")
     @classmethod
-    def _keys(cls, value: Any) -> Any:
+    def split_keys(cls, value: Any) -> Any:
         return _split_list(value, ",")
 
     def values_for(self, cls: type[T], prefix: str = "", **given: Any) -> T:
