@@ -43,18 +43,14 @@ def trial_seeds(args: argparse.Namespace, seeds: list[int]) -> list[int]:
 
 def user_endpoint(args: argparse.Namespace) -> Any:
     """The simulated user's endpoint, checked now when it is a URL of its own."""
-    from .cli import _base, gateway_models
     from .conversation import UserEndpoint
 
     if args.user_url is None:
         if args.user_api_key is not None:
             raise UsageError("--user-api-key needs --user-url")
         return UserEndpoint(model=args.user_model)
-    base = _base(args.user_url)
-    try:
-        models = gateway_models(base, args.user_api_key)
-    except UsageError as exc:
-        raise UsageError(f"the user simulator's endpoint: {exc}".split(". Start one")[0]) from None
+    base = args.user_url.rstrip("/").removesuffix("/v1")
+    models = served_models(base, args.user_api_key, "the user simulator")
     model = args.user_model or (models[0] if models else None)
     if model is None:
         raise UsageError(f"{base}/v1/models lists no model: pass --user-model")
@@ -63,6 +59,23 @@ def user_endpoint(args: argparse.Namespace) -> Any:
             f"--user-model {args.user_model!r} is not served at {base} ({', '.join(models)})"
         )
     return UserEndpoint(url=base + "/v1", model=model, api_key=args.user_api_key)
+
+
+def served_models(base: str, api_key: str | None, what: str) -> list[str]:
+    """An OpenAI-compatible server's model ids; ``UsageError`` when it does not answer."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(f"{base}/v1/models", headers=headers, timeout=5.0)
+    except httpx.HTTPError as exc:
+        raise UsageError(
+            f"cannot reach {what} at {base} ({type(exc).__name__}): start it, or leave out "
+            "--user-url to let the agent's gateway and model play the user"
+        ) from None
+    if response.status_code != 200:
+        raise UsageError(f"{what} at {base}: /v1/models answered HTTP {response.status_code}")
+    return [str(m.get("id")) for m in response.json().get("data", [])]
 
 
 def build_suite(args: argparse.Namespace, workdir: Path) -> Any:
