@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
     """Add ``eval`` to the top-level CLI."""
     p = subparsers.add_parser(
         "eval",
-        help="score rehearsal modes × budgets on BFCL multi-turn (or the twin's worlds)",
+        help="score rehearsal modes × budgets on BFCL multi-turn, τ²-Bench (or the twin's worlds)",
         description="Run a suite's tasks through the gateway for each mode and budget, execute "
         "every committed call for real, score with the suite's checker, print a table.",
     )
