@@ -32,6 +32,7 @@ from .engines.discovery import EngineDiscovery, Resolver, resolve_system
 from .engines.pool import EnginePool, EnginesReady
 from .engines.transport import EngineTransport
 from .engines.transports import AiohttpTransport
+from .engines.wire import WireTransport
 from .http.accounting import RequestAccounting
 from .http.auth import ApiKeyMiddleware, ApiKeyRing
 from .http.handlers import add_error_handlers
@@ -118,6 +119,11 @@ def app_from_environment() -> FastAPI:
 # A young-generation collection every GC_YOUNG container allocations (CPython 3.11: 700), and
 # the older ones as rarely again; the heap after start-up is frozen out of every scan.
 GC_THRESHOLDS = (10_000, 20, 20)
+# ``RGW_ENGINE_TRANSPORT`` -> the transport the lifespan builds from the settings.
+TRANSPORTS: dict[str, type[WireTransport | AiohttpTransport]] = {
+    "wire": WireTransport,
+    "aiohttp": AiohttpTransport,
+}
 
 
 def settle_heap() -> None:
@@ -158,7 +164,7 @@ async def open_state(
         rehearsal_yield_quiet_s=settings.rehearsal_yield_quiet_s,
     )
     metrics.start_series(engine.name for engine in pool.engines)
-    transport = engine_transport or AiohttpTransport.of(settings)
+    transport = engine_transport or TRANSPORTS[settings.engine_transport].of(settings)
     engines = EngineClient(transport, metrics, settings.health_timeout, Waits.of(settings))
     calls = EngineCalls(pool, engines, max_attempts=settings.max_attempts)
     store = open_store(settings)

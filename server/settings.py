@@ -128,6 +128,9 @@ class GatewaySettings(BaseSettings):
     # An idle connection to an engine is closed after this long: below uvicorn's (so vLLM's)
     # 5 s keep-alive, so the engine never closes a socket the gateway is about to reuse.
     engine_keepalive_s: float = Field(default=4.0, gt=0)
+    # How engine calls travel, behind one seam (server/engines/transport.py): "wire", asyncio's
+    # sockets and httptools' parser (the default: the least CPU per call), or "aiohttp".
+    engine_transport: Literal["wire", "aiohttp"] = "wire"
     # A CA bundle (PEM) for https engines with a private CA; unset: the system's CAs.
     engine_ca_file: str | None = None
     # The engines' vLLM ``--scheduling-policy``. With "priority" (every engine started with

@@ -262,9 +262,11 @@ class EngineClient:
     async def probe(self, engine: Engine) -> Probe:
         """One health check: liveness, queue depth and served models. Never raises.
 
-        Each of its calls must answer within ``probe_timeout``. A router's queue depth is not
-        read: its ``/metrics`` is one of its engines' (whichever it forwards to), and the
-        fleet's load is the router's to balance anyway.
+        Each of its calls must answer within ``probe_timeout``; a pooled socket that was reset or
+        closed under it is retried as a chat call's is, so stale sockets (an engine restarted, an
+        idle socket closed by a proxy) do not count against a live engine. A router's queue
+        depth is not read: its ``/metrics`` is one of its engines' (whichever it forwards to),
+        and the fleet's load is the router's to balance anyway.
         """
         headers = {**PROBE_HEADERS, **engine.headers}
 
@@ -273,7 +275,7 @@ class EngineClient:
                 "GET", url, headers, None, self.probe_timeout, engine.server_name
             )
             async with asyncio.timeout(self.probe_timeout):
-                response = await self.transport.send(request)
+                response = await self._send(engine, lambda: self.transport.send(request))
                 return response.status, await response.read()
 
         depth = 0.0
