@@ -49,6 +49,7 @@ from .prompts import (
     rehearsal_messages,
     rehearsal_user_prompt,
 )
+from .risk import ToolRisk
 from .trace import Ending, ImaginedObservation, Step, Trajectory
 from .trust import Policy
 
@@ -72,6 +73,7 @@ class RehearsalRequest:
     tenant: str | None = None
     session: str | None = None
     trust: Mapping[str, Policy] = field(default_factory=dict)  # tool -> policy; absent: trusted
+    risk: Mapping[str, ToolRisk] = field(default_factory=dict)  # tool -> class; absent: unknown
 
 
 @dataclass(frozen=True, slots=True)

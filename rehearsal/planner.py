@@ -438,6 +438,7 @@ class Planner:
             commit_check="schema_invalid" if check.invalid else check.status,
             commit_check_detail=check.message,
             trust={tool: ctx.policy(tool) for tool in sorted(tools)},
+            risk=dict(ctx.request.risk),
             degraded=_degraded(ctx.faults),
             faults=tuple(ctx.faults),
             memory_note=ctx.note,

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from .budget import Budget
 from .messages import JSON, NO_USAGE, AssistantTurn, ToolCall, Usage
 from .parsing import PARSE_CLASSES, ParseClass, Verdict
+from .risk import UNKNOWN, ToolRisk
 
 Ending = Literal[
     "answer", "veto", "error", "unparsed", "depth", "deadline", "engine_error", "skipped"
@@ -203,6 +204,7 @@ class RehearsalResult:
     commit_check: str = "ok"  # the committed turn: ok | schema_invalid | unchecked
     commit_check_detail: str = ""
     trust: dict[str, str] = field(default_factory=dict)  # tool -> trust policy it was under
+    risk: dict[str, ToolRisk] = field(default_factory=dict)  # offered tool -> its risk class
     degraded: str | None = None
     faults: tuple[str, ...] = ()
     memory_note: str | None = None
@@ -261,6 +263,10 @@ class RehearsalResult:
                         counts[str(o.code)] = counts.get(str(o.code), 0) + 1
         return counts
 
+    def committed_risk(self) -> list[str]:
+        """The risk class of each committed tool call, in order (``rehearsal.risk``)."""
+        return [self.risk.get(call.name, UNKNOWN).risk for call in self.turn.tool_calls]
+
     @property
     def committed_rehearsed(self) -> bool | None:
         """Whether the committed action was imagined in this rehearsal (None for an answer)."""
@@ -290,6 +296,7 @@ class RehearsalResult:
             "commit_path": self.commit_path,
             "commit_check": self.commit_check,
             "committed_rehearsed": self.committed_rehearsed,
+            "committed_risk": self.committed_risk(),
             "trust": dict(self.trust),
             "engine_calls": self.engine_calls,
             "degraded": self.degraded,
@@ -312,6 +319,7 @@ class RehearsalResult:
             "why": self.why,
             "commit_unconditional": self.commit_unconditional,
             "commit_check_detail": self.commit_check_detail,
+            "risk": {tool: found.to_dict() for tool, found in self.risk.items()},
             "early_exit_reason": self.early_exit,
             "chosen_trajectory": self.chosen_trajectory,
             "faults": list(self.faults),
