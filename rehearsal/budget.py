@@ -62,6 +62,9 @@ class Budget:
     repair: bool = True
     # The request's own risk classes, tool name -> class, sorted (``rehearsal.risk``).
     risk: tuple[tuple[str, Risk], ...] = ()
+    # A destructive call with evidence against it that no rule could act on becomes a question
+    # to the user instead (rehearsal.confirm).
+    confirm: bool = False
 
     @property
     def active(self) -> bool:
@@ -85,6 +88,7 @@ class Budget:
             "trace": self.trace,
             "repair": self.repair,
             "risk": self.risk,
+            "confirm": self.confirm,
         }
 
     def max_engine_calls(self, calls_per_turn: int = 1) -> int:

@@ -33,6 +33,7 @@ from typing import Any, Literal, get_args
 
 from .errors import BudgetError
 from .messages import JSON_OBJECT, AssistantTurn
+from .trust import Policy
 
 Risk = Literal["read_only", "write", "destructive", "unknown"]
 RiskSource = Literal["request", "annotations", "operator", "default"]
@@ -165,3 +166,18 @@ def turn_risk(turn: AssistantTurn, classes: Mapping[str, ToolRisk]) -> Risk | No
     if not risks:
         return None
     return max(risks, key=lambda risk: _ORDER[risk])
+
+
+def judging_trust(
+    trust: Mapping[str, Policy], classes: Mapping[str, ToolRisk]
+) -> dict[str, Policy]:
+    """The trust the commit rules judge by: a destructive tool's ``learning`` counts as trusted.
+
+    An imagined failure of a destructive call is acted on unless trust *measured* that tool's
+    vetoes as unreliable (``ignore_vetoes``, ``off``); too few real results yet is no measure.
+    """
+    judged = dict(trust)
+    for tool, policy in trust.items():
+        if policy == "learning" and classes.get(tool, UNKNOWN).risk == "destructive":
+            judged[tool] = "trusted"
+    return judged

@@ -200,6 +200,8 @@ class GatewaySettings(BaseSettings):
     rehearsal_top_p: float = Field(default=0.95, gt=0, le=1)
     rehearsal_early_exit: bool = True
     rehearsal_repair: bool = True
+    # Ask the user before a destructive call rehearsal found evidence against (docs/rehearsal.md).
+    rehearsal_confirm: bool = False
     # Caps: a request beyond them is a 400 naming the knob, never clamped.
     max_budget: int = Field(default=8, ge=1, le=64)
     max_depth: int = Field(default=4, ge=1, le=16)

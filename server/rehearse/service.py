@@ -118,6 +118,7 @@ def _rehearsal_request(
         session=session,
         trust=trust,
         risk=classify(body["tools"], budget.risk, risk),
+        imagine_reads=risk.imagine_reads,
     )
 
 

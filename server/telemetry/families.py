@@ -49,7 +49,8 @@ OUTCOMES = ("ok", "error")  # imagined or real outcome of one committed call
 TRUST_POLICIES = ("trusted", "learning", "ignore_vetoes", "off")
 COMMIT_PATHS = (
     "anchor", "anchor_vetoed", "replaced", "valid_fallback", "trust_off", "selected",
-    "reflected", "reflect_fallback", "least_bad", "repaired", "early_exit", "salvaged",
+    "reflected", "reflect_fallback", "least_bad", "repaired", "early_exit", "salvaged", "read",
+    "confirm",
 )  # fmt: skip
 COMMIT_CHECKS = ("ok", "schema_invalid", "unchecked")
 # A committed turn's risk class (its riskiest call's, rehearsal/risk.py); ``none``: an answer.

@@ -46,6 +46,7 @@ def test_every_body_knob_is_accepted() -> None:
         "trace": True,
         "repair": False,
         "risk": {"cancel_order": "destructive", "get_order": "read_only"},
+        "confirm": True,
     }
     got = resolve(body)
     pairs = (("cancel_order", "destructive"), ("get_order", "read_only"))

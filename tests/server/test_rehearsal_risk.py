@@ -131,3 +131,13 @@ def test_a_responses_tool_carries_its_annotations_into_the_class(
     answer = httpx.post(f"{gateway.url}/v1/responses", json=body, timeout=30)
     assert answer.status_code == 200, answer.text
     assert answer.json()["rehearsal"]["committed_risk"] == ["write"]
+
+
+def test_reads_not_imagined_by_the_operators_choice(start_double: Any, start_gateway: Any) -> None:
+    """RGW_RISK_IMAGINE_READS=false: a read is committed on its one acting call, path ``read``."""
+    env = {"RGW_RISK_IMAGINE_READS": "false"}
+    gateway = start_gateway(start_double("imagine:0").url + "/v1", env=env)
+    summary = _chat(gateway.url, {**LOOKUP, "annotations": {"readOnlyHint": True}})["rehearsal"]
+    assert (summary["commit_path"], summary["engine_calls"]) == ("read", 1)
+    assert summary["committed_rehearsed"] is False
+    assert metric_value(gateway.url, "rehearsal_gateway_commits_total", path="read") == 1
