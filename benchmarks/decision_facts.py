@@ -18,7 +18,7 @@ A field the gateway does not report reads ``None``, which the tables print as ``
 ``CallFacts.judge`` reads the calls an episode ran for real against the world's risk classes and
 the task's plan: committed writes (and destructive calls) that failed for real, destructive calls
 not part of the task's plan (a wrong cancellation, a wrong transfer), and repeats of a call that
-had already failed for real with no write succeeding since (what hindsight forbids).
+had already failed for real with no call succeeding since (what hindsight forbids).
 
 Beside them, what a run is made of (``Twin``, ``Config``, ``Episode``), shared by the runner
 (``benchmarks/decisions.py``) and the report (``benchmarks/decision_report.py``) without either
@@ -199,8 +199,9 @@ class CallFacts:
             wrong += risk == "destructive" and signature not in planned
             if failed:
                 standing.add(signature)
-            elif risk != "read_only":
-                standing = set()  # a write went through: the world may have changed
+            else:
+                standing = set()  # a call went through: the world may have changed (a read
+                # too: a write refused "before it was looked up" succeeds after the read)
         return cls(writes_failed, wrong, repeats)
 
 

@@ -19,15 +19,25 @@ its episodes run one after another in a fixed order (seed, world, task) so what 
 up as in a deployment and a rerun repeats the same outcomes; configurations run concurrently.
 Every rehearsed configuration is paired with rehearsal off on the same twin, task and seed.
 
-Per cell (means over seeds unless said): tasks succeeded; real tool errors; never-rehearsed
-commits; schema-invalid commits (``jsonschema``, as the tools enforce them) and, in brackets,
-those made while a schema-valid rehearsed candidate existed; tasks worse / better than off
-(counted over task × seed pairs); engine calls per turn (``n/a`` where the gateway does not
-report them). Then, at fidelity 0.0, engine calls per turn in the first and last third of each
-run and the first turn at which the gateway reports low trust (a tool whose trust policy is
-``ignore_vetoes`` or ``off``) — fields a gateway may not report, printed ``n/a``.
+Every world's tasks where a destructive call is tempting and wrong (``World.tempting_tasks``)
+run beside its first ``--tasks``. Each rehearsed configuration runs with the tool risk classes
+unknown to the gateway (as before classes existed), given (the worlds' classes as the tenant's
+operator patterns, reads imagined: ``reads``) and given with reads not imagined (``no-reads``);
+``--classes`` and ``--policies`` choose fewer.
+
+Per cell (means over seeds unless said): tasks succeeded; real tool errors; committed writes
+(and destructive calls) that failed for real; committed destructive calls not in the task's plan
+(a wrong cancellation or transfer); repeats of a call that had already failed for real with no
+call succeeding since; never-rehearsed commits; schema-invalid commits (``jsonschema``, as the tools
+enforce them) and, in brackets, those made while a schema-valid rehearsed candidate existed;
+turns committed by a repair; tasks worse / better than off (counted over task × seed pairs);
+engine calls per turn (``n/a`` where the gateway does not report them). Then, at fidelity 0.0,
+engine calls per turn in the first and last third of each run and the first turn at which the
+gateway reports low trust (a tool whose trust policy is ``ignore_vetoes`` or ``off``) — fields
+a gateway may not report, printed ``n/a``.
 
     python -m benchmarks.decisions [--seeds 3] [--seed-offset 0] [--json PATH] [--quick]
+        [--policies anchored] [--classes unknown,no-reads] [--fidelities 1.0,0.0] [--skills 0.5]
 """
 
 from __future__ import annotations
@@ -385,9 +395,10 @@ def run_grid(grid: Grid, workdir: Path) -> Run:
         anchored = NEW_POLICY in grid.policies and accepts_policy(gateway.url, twins[0], NEW_POLICY)
         policies = tuple(p for p in grid.policies if p != NEW_POLICY or anchored)
         configs = configurations(grid, policies)
+        tasks = sum(len(grid.tasks_of(world)) for world in worlds)
         print(f"{len(twins)} twins (SIMULATIONS of vLLM + EnvACE, latency zero, grounding "
               f"gain {grid.grounding_gain}), one gateway; {len(configs)} configurations × "
-              f"{len(grid.seeds)} seeds × {len(worlds) * grid.tasks} tasks; commit policies: "
+              f"{len(grid.seeds)} seeds × {tasks} tasks; commit policies: "
               f"{', '.join(policies)}"
               + ("" if anchored else f" ('{NEW_POLICY}' refused: not on this gateway yet)"),
               flush=True)  # fmt: skip

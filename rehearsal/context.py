@@ -143,11 +143,11 @@ class RehearsalContext:
         self.walks: list[WalkState] = []
         self.prior: list[MemoryEntry] = []  # avoided actions remembered from earlier turns
         self.note: str | None = None  # the last memory note sent to an acting call
+        self.probes: list[ImaginedObservation] = []  # imagined repeats of real failures (trust)
         self._grounding: dict[tuple[str, str], list[GroundingObservation]] = {}
         self.checker = ToolChecker(request.tools, reject_undeclared=settings.reject_undeclared)
         # Calls whose real result in this conversation was an error and still stands (hindsight).
-        reads = {tool for tool, found in request.risk.items() if found.risk == "read_only"}
-        self.failed_for_real = real_failures(request.messages, reads)
+        self.failed_for_real = real_failures(request.messages)
         # What the commit rules judge imagination by (a destructive tool's learning: trusted).
         self.trust = judging_trust(request.trust, request.risk)
         self._tools_text: ToolsText | None = None  # written at the first imagined call

@@ -6,20 +6,22 @@ the server's feedback path), making the identical call again — same tool, same
 arguments (``ToolCall.signature``) — is expected to fail the same way, and is vetoed like a
 schema error, with no imagination spent (code ``REAL_FAILURE_REPEATED``).
 
-The fact holds only while nothing may have changed the world since. Any other tool call
-committed after the failure may have been a write that makes the repeat succeed (an order
-created, a payment added): it ends every earlier failure's standing — unless its tool is
-``read_only`` (``rehearsal.risk``; ``reads`` names those tools), which changes nothing. So does a
-new user message (the user may have fixed something, or asked to try again). Within one
-assistant turn, a failure counts only when no other call of that turn (but a read) succeeded
-(their order is unknown). A call whose result has not arrived is another call committed. Repeating
-a failed call does not end its own standing (a failed call is taken to have changed nothing).
+The fact holds only while nothing may have changed the world since. *Any* other tool call
+committed after the failure may have made the repeat succeed — a write (an order created, a
+payment added), and a read too: a write refused until its entity was looked up (the validating
+read agent policies require) succeeds after the read. So it ends every earlier failure's
+standing, whatever its risk class (docs/decisions/0019-tool-risk-classes.md measured the
+alternative, reads leaving failures standing, and it vetoed right calls). So does a new user message
+(the user may have fixed something, or asked to try again). Within one assistant turn, a
+failure counts only when no call of that turn succeeded (their order is unknown). A call whose
+result has not arrived is another call committed. Repeating a failed call does not end its own
+standing (a failed call is taken to have changed nothing).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from .fidelity import parse_observation
@@ -46,9 +48,9 @@ def content_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def _calls(message: Message) -> list[tuple[str, str, str]]:
-    """(id, signature, tool name) of an assistant message's well-formed tool calls."""
-    found: list[tuple[str, str, str]] = []
+def _calls(message: Message) -> list[tuple[str, str]]:
+    """(id, signature) of an assistant message's well-formed tool calls."""
+    found: list[tuple[str, str]] = []
     for raw in message.get("tool_calls") or ():
         function = raw.get("function") if isinstance(raw, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
@@ -56,49 +58,45 @@ def _calls(message: Message) -> list[tuple[str, str, str]]:
         arguments = function.get("arguments")
         # Clients send the engine's JSON text back; an object sent as is signs the same way.
         text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        found.append((str(raw.get("id")), call_signature(function["name"], text), function["name"]))
+        found.append((str(raw.get("id")), call_signature(function["name"], text)))
     return found
 
 
-def real_failures(
-    messages: Iterable[Message], reads: Collection[str] = frozenset()
-) -> dict[str, str]:
+def real_failures(messages: Iterable[Message]) -> dict[str, str]:
     """Signature -> the real error text, for calls whose repeat is still a known failure.
 
-    The rules are the module docstring's: a later other call (not a read: ``reads`` names the
-    read-only tools) or a user message ends them.
+    The rules are the module docstring's: a later other call or a user message ends them.
     """
     standing: dict[str, str] = {}
-    turn: list[tuple[str, str, str]] = []  # the last assistant turn's calls
+    turn: list[tuple[str, str]] = []  # the last assistant turn's calls, (id, signature)
     results: dict[str, Any] = {}
     for message in messages:
         role = message.get("role")
         if role == "tool":
             results[str(message.get("tool_call_id"))] = message.get("content")
             continue
-        standing = _settle(standing, turn, results, reads)
+        standing = _settle(standing, turn, results)
         turn, results = [], {}
         if role == "user":
             standing = {}
         elif role == "assistant":
             turn = _calls(message)
-    return _settle(standing, turn, results, reads)
+    return _settle(standing, turn, results)
 
 
 def _settle(
-    standing: dict[str, str],
-    turn: list[tuple[str, str, str]],
-    results: dict[str, Any],
-    reads: Collection[str],
+    standing: dict[str, str], turn: list[tuple[str, str]], results: dict[str, Any]
 ) -> dict[str, str]:
     """The failures standing after one assistant turn and the tool results that answered it."""
+    if not turn:
+        return standing
     failed: dict[str, str] = {}
-    changing = [call for call in turn if call[2] not in reads]  # calls that may change the world
-    for call_id, signature, name in turn:
-        text = content_text(results[call_id]) if call_id in results else None
-        if text is not None and real_error(parse_observation(text)):
-            failed[signature] = text
-        elif name not in reads:
-            return {}  # succeeded, or no result (yet): the world may have changed
-    repeats_only = all(signature in standing for _, signature, _ in changing)
+    for call_id, signature in turn:
+        if call_id not in results:
+            return {}  # no result (yet): another call committed, its effect unknown
+        text = content_text(results[call_id])
+        if not real_error(parse_observation(text)):
+            return {}  # it succeeded: the world may have changed
+        failed[signature] = text
+    repeats_only = all(signature in standing for _, signature in turn)
     return {**(standing if repeats_only else {}), **failed}

@@ -31,6 +31,14 @@ imagination trust switched ``off`` is not imagined either. How the commit is cho
   conversation's last message. Its action is committed only when it was rehearsed clean — already
   among the walks, or walked now (one more imagine step) — else the best rehearsed candidate is.
 
+**Hindsight probe** (anchored): when the anchor repeats a real failure, its real outcome is
+known without running it — an error, the conversation's fact. The pair an unconditional commit
+of that anchor would have given trust (its imagined outcome × error) is therefore had for one
+imagined call of the repeated call, made after the commit rules' work when the budget's
+engine-call bound has room for it and the tool's trust is still being earned (``learning``,
+``ignore_vetoes``); the server counts it as
+an unselected sample (``ee``, or ``oe``: a miss). The probe never changes the decision.
+
 **Repair** (knob ``repair``, on by default, budget >= 2): when every candidate failed a
 deterministic check, one acting call (role ``commit``) sees the least bad refused call and the
 check's message as its tool result — the way agent frameworks re-ask on a validation error —
@@ -78,6 +86,7 @@ from .context import (
     WalkState,
 )
 from .errors import GeneratorError
+from .hindsight import REPEAT_CODE
 from .memory import MemoryEntry, entry_for, note_message, render_note
 from .messages import ANSWER, AssistantTurn, Message
 from .ports import Generator, MemoryStore
@@ -186,6 +195,7 @@ class Planner:
             else:
                 await self._attempts(ctx, first=1)
         repaired = await self._repair(ctx)
+        await self._probe(ctx)
         if repaired is not None:
             return repaired
         decision = self._anchored_choice(ctx)
@@ -243,6 +253,30 @@ class Planner:
             return _decided(better, "replaced", f"replaced: {outvoted}; {better.why}")
         why = f"anchor kept although {outvoted}: no rehearsed-clean alternative"
         return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0, against=outvoted)
+
+    # -- hindsight probe ---------------------------------------------------------------------
+
+    async def _probe(self, ctx: RehearsalContext) -> None:
+        """Imagine the anchor's repeats of a real failure once, for trust (module docstring).
+
+        Only while the budget's engine-call bound has room (the vetoed anchor left its
+        imagination unspent, unless a repair took it) and the tool's trust is still being
+        earned (``learning``, ``ignore_vetoes``).
+        """
+        first = ctx.walks[0].steps[0]
+        repeats = [o.call for o in first.observations if o.code == REPEAT_CODE]
+        room = ctx.budget.max_engine_calls(len(first.turn.tool_calls)) - sum(ctx.calls.values())
+        earning = all(ctx.policy(c.name) in ("learning", "ignore_vetoes") for c in repeats)
+        if not repeats or len(repeats) > room or not earning:
+            return
+        history, rng = list(ctx.request.messages), random.Random(ctx.seed())
+        try:
+            with ctx.phase("rehearse"):
+                for call in repeats:
+                    seed = ctx.seed(rng)
+                    ctx.probes.append(await ctx.imagine(history, first.turn, call, seed))
+        except GeneratorError as exc:
+            ctx.fault("engine_error", f"hindsight probe: {exc}")
 
     # -- repair -----------------------------------------------------------------------------
 
@@ -458,6 +492,7 @@ class Planner:
             commit_check="schema_invalid" if check.invalid else check.status,
             commit_check_detail=check.message,
             held=decision.held,
+            probes=tuple(ctx.probes),
             trust={tool: ctx.policy(tool) for tool in sorted(tools)},
             risk=dict(ctx.request.risk),
             degraded=_degraded(ctx.faults),

@@ -4,8 +4,7 @@ Every tool of a request gets one class, and rehearsal treats a call by its class
 (docs/rehearsal.md, "Risk classes"):
 
 - ``read_only`` — changes nothing: its real result is its own evidence, so its imagination may be
-  skipped (``imagine_reads``), and committing it leaves a standing real failure standing
-  (``rehearsal.hindsight``);
+  skipped (``imagine_reads``);
 - ``write`` — changes the world, in a way the task may well ask for;
 - ``destructive`` — changes it in a way that is hard to undo (a cancellation, a transfer): always
   imagined, whatever trust switched off; its imagined failure is acted on unless trust measured

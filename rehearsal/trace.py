@@ -206,6 +206,8 @@ class RehearsalResult:
     commit_check_detail: str = ""
     # Under ``confirm``: the destructive call held back while the turn asks the user.
     held: AssistantTurn | None = None
+    # The anchor's repeats of a real failure, imagined once for trust (never for the decision).
+    probes: tuple[ImaginedObservation, ...] = ()
     trust: dict[str, str] = field(default_factory=dict)  # tool -> trust policy it was under
     risk: dict[str, ToolRisk] = field(default_factory=dict)  # offered tool -> its risk class
     degraded: str | None = None
@@ -326,6 +328,7 @@ class RehearsalResult:
             "commit_unconditional": self.commit_unconditional,
             "commit_check_detail": self.commit_check_detail,
             "risk": {tool: found.to_dict() for tool, found in self.risk.items()},
+            "hindsight_probes": [o.to_dict() for o in self.probes],
             "early_exit_reason": self.early_exit,
             "chosen_trajectory": self.chosen_trajectory,
             "faults": list(self.faults),

@@ -32,7 +32,14 @@ from rehearsal_gateway.rehearsal.messages import AssistantTurn
 from rehearsal_gateway.rehearsal.planner import Planner
 from rehearsal_gateway.rehearsal.risk import RiskPolicy, RiskSettings, classify, strip_annotations
 from rehearsal_gateway.rehearsal.trace import ImaginedObservation, RehearsalResult
-from rehearsal_gateway.rehearsal.trust import Counts, Policy, TrustSettings, policies, trust_row
+from rehearsal_gateway.rehearsal.trust import (
+    Counts,
+    Policy,
+    TrustSettings,
+    cell,
+    policies,
+    trust_row,
+)
 
 from ..chat_call import ChatCall, JsonAnswer
 from ..engines.calls import EngineCalls
@@ -55,7 +62,7 @@ from .committed import (
     with_minted_ids,
 )
 from .engine_port import EngineGenerator
-from .feedback import pending_record
+from .feedback import imagined_error, pending_record
 
 # Request fields the planner handles itself; everything else reaches the acting calls untouched.
 _OWN_FIELDS = frozenset(
@@ -252,6 +259,7 @@ class RehearsalRun:
             service.writer.submit(
                 "charge", functools.partial(service.fair_use.charge, tenant, calls)
             )
+        self._record_probes(result, turn)
         marks = [("trace", tenant, self.rehearsal_id)]
         marks += [("pending", tenant, call_id) for call_id in pending]
         task = service.writer.submit(
@@ -272,6 +280,22 @@ class RehearsalRun:
             summary["candidates"] = trace["candidates"]
         self.service.metrics.observe_rehearsal(result, summary["degraded"])
         return summary
+
+    def _record_probes(self, result: RehearsalResult, turn: AssistantTurn) -> None:
+        """Trust's pairs for the repeats of a real failure imagined as probes (rehearsal.planner):
+        the real outcome is the conversation's error, and the pair is an unselected sample, as
+        the anchor's would have been had it been committed. A probed call that was committed
+        after all is left to its real result."""
+        committed = {call.signature for call in turn.tool_calls}
+        for probe in result.probes:
+            predicted = imagined_error(probe.outcome)
+            if predicted is None or probe.call.signature in committed:
+                continue
+            record = functools.partial(
+                self.service.store.record_trust, self.call.tenant, probe.call.name,
+                cell(predicted, True),
+            )  # fmt: skip
+            self.service.writer.submit("feedback", record, marks=[("trust", self.call.tenant)])
 
     def headers(self, result: RehearsalResult) -> dict[str, str]:
         return {

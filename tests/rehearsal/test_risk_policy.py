@@ -11,7 +11,6 @@ import pytest
 from rehearsal_gateway.rehearsal.budget import Budget
 from rehearsal_gateway.rehearsal.confirm import HELD_PREFIX, asked_before, question
 from rehearsal_gateway.rehearsal.errors import GeneratorError
-from rehearsal_gateway.rehearsal.hindsight import real_failures
 from rehearsal_gateway.rehearsal.planner import Planner
 from rehearsal_gateway.rehearsal.risk import ToolRisk, judging_trust
 from rehearsal_gateway.rehearsal.testing import (
@@ -257,23 +256,3 @@ async def test_a_call_held_once_and_answered_is_committed_the_next_time() -> Non
     engine.enqueue(veto("INVALID_PARAMETERS"), match=about("cancel_order"))
     result = await run(engine, messages, budget=1, confirm=True)
     assert (result.turn, result.commit_path) == (CANCEL, "anchor_vetoed")
-
-
-# -- hindsight ------------------------------------------------------------------------------
-
-
-def test_a_read_since_a_real_failure_leaves_it_standing() -> None:
-    """Reads change nothing: a successful or failed read after the failure keeps it a fact."""
-    read = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "r1", "type": "function",
-         "function": {"name": "get_order", "arguments": '{"order_id": "#W1001"}'}},
-        {"id": "r2", "type": "function",
-         "function": {"name": "get_order", "arguments": '{"order_id": "#W9"}'}}]}  # fmt: skip
-    results = [
-        {"role": "tool", "tool_call_id": "r1", "content": json.dumps(PENDING)},
-        {"role": "tool", "tool_call_id": "r2", "content": '{"error": "not found"}'},
-    ]
-    messages = [*CANCEL_FAILED, read, *results]
-    standing = real_failures(messages, {"get_order"})
-    assert set(standing) == {CANCEL.signature, 'get_order {"order_id":"#W9"}'}
-    assert real_failures(messages) == {}  # without classes, any call since may have been a write
