@@ -48,6 +48,7 @@ from .rehearse.defaults import (
     budget_defaults,
     planner_settings,
     rehearse_priority,
+    risk_policy,
     trust_settings,
 )
 from .rehearse.feedback import Feedback
@@ -184,6 +185,7 @@ async def open_state(
         caps=budget_caps(settings),
         planner=planner_settings(settings),
         trust=trust_settings(settings),
+        risk=risk_policy(settings),
         rehearse_priority=rehearse_priority(settings),
         batch=settings.rehearsal_batch,
         commit_timeout=settings.commit_timeout,

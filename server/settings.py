@@ -101,6 +101,19 @@ class TenantLimits(BaseModel):
     max_cost: int | None = Field(default=None, ge=0)
 
 
+RiskClass = Literal["read_only", "write", "destructive", "unknown"]
+
+
+class TenantRisk(BaseModel):
+    """One key's tool risk policy (docs/rehearsal.md#risk-classes): ``None`` keeps the
+    gateway-wide value; its patterns are tried before the gateway's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    patterns: dict[str, RiskClass] | None = None
+    imagine_reads: bool | None = None
+
+
 class GatewaySettings(BaseSettings):
     """The gateway's configuration (env prefix ``RGW_``)."""
 
@@ -190,6 +203,8 @@ class GatewaySettings(BaseSettings):
     rehearsal_top_p: float = Field(default=0.95, gt=0, le=1)
     rehearsal_early_exit: bool = True
     rehearsal_repair: bool = True
+    # Ask the user before a destructive call rehearsal found evidence against (docs/rehearsal.md).
+    rehearsal_confirm: bool = False
     # Caps: a request beyond them is a 400 naming the knob, never clamped.
     max_budget: int = Field(default=8, ge=1, le=64)
     max_depth: int = Field(default=4, ge=1, le=16)
@@ -221,6 +236,17 @@ class GatewaySettings(BaseSettings):
     trust_pins: Annotated[
         dict[str, Literal["trusted", "learning", "ignore_vetoes", "off"]], NoDecode
     ] = Field(default_factory=dict)
+
+    # Tool risk classes (rehearsal/risk.py, docs/rehearsal.md#risk-classes): the operator's
+    # tool-name patterns, "glob=class,glob=class" or a JSON object, the first match in the order
+    # written (classes: read_only, write, destructive, unknown). A request's rehearsal.risk map
+    # and MCP annotations on a tool come first.
+    risk_patterns: Annotated[dict[str, RiskClass], NoDecode] = Field(default_factory=dict)
+    # Whether read_only calls are imagined at all (their real result is their own evidence).
+    risk_imagine_reads: bool = True
+    # Per tenant, JSON: {"t_<24 hex>": {"patterns": {"cancel_*": "destructive"},
+    # "imagine_reads": false}}.
+    risk_overrides: Annotated[dict[str, TenantRisk], NoDecode] = Field(default_factory=dict)
 
     # ---- Store writes beside the answer, and the in-process store's bounds
     # (server/store/writer.py, server/store/inprocess.py).
@@ -327,6 +353,22 @@ class GatewaySettings(BaseSettings):
             pairs = (item.partition("=") for item in stripped.split(",") if item.strip())
             return {tool.strip(): policy.strip() for tool, _, policy in pairs}
         return value
+
+    @field_validator("risk_patterns", mode="before")
+    @classmethod
+    def split_risk_patterns(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("{"):
+                return orjson.loads(stripped)
+            pairs = (item.rpartition("=") for item in stripped.split(",") if item.strip())
+            return {pattern.strip(): risk.strip() for pattern, _, risk in pairs}
+        return value
+
+    @field_validator("risk_overrides", mode="before")
+    @classmethod
+    def parse_risk_overrides(cls, value: Any) -> Any:
+        return orjson.loads(value) if isinstance(value, str) and value.strip() else value or {}
 
     @field_validator("limit_overrides", mode="before")
     @classmethod
