@@ -206,10 +206,11 @@ def _vllm_argv(
 def _check_gateway(args: argparse.Namespace) -> GatewaySettings:
     """Reject, before minutes of loading, what ``serve`` would reject once the engines are up."""
     from . import serve as serve_cli
+    from .sources import SettingsRefused
 
     try:
         settings = serve_cli.settings_from_args(args)
-    except serve_cli.SettingsRefused as exc:
+    except SettingsRefused as exc:
         raise UsageError(str(exc)) from exc
     if settings.port == 0:
         return settings
