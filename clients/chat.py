@@ -16,6 +16,8 @@ import json
 import sys
 from typing import Any
 
+from rehearsal_gateway.rehearsal.budget import COMMIT_RULES, MODES
+
 from .trace import (
     gateway_options,
     open_client,
@@ -34,10 +36,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("prompt", nargs="?", help="one prompt; omit for an interactive session")
     parser.add_argument("--world", choices=["airline", "retail", "bank"], help="offer its tools")
     parser.add_argument("--model", default="EnvACE-Qwen3-8B")
-    parser.add_argument("--mode", default="parallel", choices=["off", "parallel", "sequential"])
+    parser.add_argument("--mode", default="parallel", choices=MODES)
     parser.add_argument("--budget", type=int, help="K imagined trajectories")
     parser.add_argument("--depth", type=int, help="imagined steps per trajectory")
-    parser.add_argument("--commit", choices=["anchored", "reflect", "select"])
+    parser.add_argument("--commit", choices=COMMIT_RULES)
     parser.add_argument("--deadline-ms", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--show-trace", action="store_true", help="print imagined trajectories")
@@ -64,6 +66,7 @@ def _knobs(args: argparse.Namespace) -> Any:
 
 def _describe(completion: Any, show_trace: bool) -> list[str]:
     """What one committed turn and its rehearsal look like on the terminal."""
+    from . import vetoes
     from .client import summary
 
     message = completion.choices[0].message
@@ -79,7 +82,8 @@ def _describe(completion: Any, show_trace: bool) -> list[str]:
     lines.append(
         f"rehearsal {rehearsed.id}: {rehearsed.mode} K={rehearsed.budget} "
         f"d={rehearsed.depth} {rehearsed.commit}; {rehearsed.trajectories} trajectories, "
-        f"{rehearsed.distinct_actions} distinct actions, {rehearsed.vetoes} vetoes, "
+        f"{rehearsed.distinct_actions} distinct actions, "
+        f"vetoes {vetoes.render(vetoes.from_summary(rehearsed))}, "
         f"early exit {rehearsed.early_exit}, degraded {rehearsed.degraded or 'no'}, "
         f"{rehearsed.latency_ms.total:.0f} ms"
     )

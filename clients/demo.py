@@ -28,6 +28,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from rehearsal_gateway.rehearsal.budget import COMMIT_RULES
 from rehearsal_gateway.server.launcher.processes import free_ports
 
 from . import stack
@@ -53,7 +54,7 @@ def register(subparsers: Any) -> None:
         "--short", action="store_true", help=f"{SHORT_TASKS} tasks of {SHORT_WORLD} only (tests)"
     )
     parser.add_argument("--budget", type=int, default=4, help="K for the rehearsed runs")
-    parser.add_argument("--commit", default="anchored", choices=["anchored", "select", "reflect"])
+    parser.add_argument("--commit", default="anchored", choices=COMMIT_RULES)
     parser.add_argument("--skill", type=float, default=0.5, help="the twin's policy accuracy")
     parser.add_argument("--fidelity", type=float, default=0.95, help="the twin's imagination")
     parser.add_argument("--latency-scale", type=float, default=0.05, help="scales the h100 profile")

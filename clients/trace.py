@@ -104,13 +104,16 @@ def trajectory_lines(trajectories: Iterable[Mapping[str, Any]], chosen: int | No
 
 def render(trace: Mapping[str, Any]) -> str:
     """The whole trace as plain text."""
+    from . import vetoes
+
     knobs = trace.get("budget_knobs", {})
     lines = [
         f"rehearsal {trace.get('id')}  model {trace.get('model')}",
         f"  mode {trace.get('mode')}, budget {trace.get('budget')}, depth {trace.get('depth')}, "
         f"commit {trace.get('commit')}, deadline {knobs.get('deadline_ms')} ms",
         f"  engine calls {trace.get('engine_calls')}, latency ms {trace.get('latency_ms')}",
-        f"  vetoes {trace.get('vetoes')}, early exit {trace.get('early_exit_reason') or 'no'}, "
+        f"  vetoes {vetoes.render(vetoes.from_trace(trace))}, "
+        f"early exit {trace.get('early_exit_reason') or 'no'}, "
         f"degraded {trace.get('degraded') or 'no'}",
         "",
         "candidates (sampled actions):",

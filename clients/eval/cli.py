@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rehearsal_gateway.rehearsal.budget import COMMIT_RULES
+
 from . import UsageError
 
 MODES = ("off", "parallel", "sequential")
@@ -44,7 +46,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", help="model to ask for (default: the gateway's first model)")
     p.add_argument("--modes", default="off,parallel,sequential", help="comma-separated")
     p.add_argument("--budgets", default="4", help="comma-separated K for the rehearsed modes")
-    p.add_argument("--commit", choices=["select", "reflect"], help="default: the gateway's")
+    p.add_argument(
+        "--commit", choices=COMMIT_RULES, help="the commit rule (default: the gateway's)"
+    )
     p.add_argument("--depth", type=int, help="imagined steps per trajectory (gateway default)")
     p.add_argument("--temperature", type=float, default=0.6, help="EnvACE's evaluation sampling")
     p.add_argument("--top-p", type=float, default=0.95)

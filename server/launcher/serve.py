@@ -16,6 +16,8 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ...rehearsal.budget import COMMIT_RULES, MODES
+
 if TYPE_CHECKING:
     from ..settings import GatewaySettings
 
@@ -40,8 +42,6 @@ FLAG_SETTINGS: dict[str, str] = {
     "--rehearsal-deadline-ms": "rehearsal_deadline_ms",
     "--model-switch": "model_switch",
 }
-MODES = ("off", "parallel", "sequential")
-COMMIT_RULES = ("anchored", "reflect", "select")
 EXAMPLE = """examples:
   rehearsal-gateway serve --engine http://127.0.0.1:8100/v1 --port 8000
   rehearsal-gateway serve --config gateway.yaml --rehearsal-mode parallel --rehearsal-budget 4"""
