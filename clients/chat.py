@@ -32,21 +32,43 @@ def register(subparsers: Any) -> None:
         "chat",
         help="send a prompt (or an interactive session) through the gateway with rehearsal",
         description="Chat through the gateway; shows the committed call and the rehearsal.",
+        epilog="examples:\n"
+        '  rehearsal-gateway chat --world retail "Where is order W1001?"\n'
+        "  rehearsal-gateway chat --world retail --show-trace --no-execute "
+        '"Cancel order W1002, I no longer need it."',
     )
-    parser.add_argument("prompt", nargs="?", help="one prompt; omit for an interactive session")
-    parser.add_argument("--world", choices=["airline", "retail", "bank"], help="offer its tools")
-    parser.add_argument("--model", default="EnvACE-Qwen3-8B")
-    parser.add_argument("--mode", default="parallel", choices=MODES)
-    parser.add_argument("--budget", type=int, help="K imagined trajectories")
-    parser.add_argument("--depth", type=int, help="imagined steps per trajectory")
-    parser.add_argument("--commit", choices=COMMIT_RULES)
-    parser.add_argument("--deadline-ms", type=int)
-    parser.add_argument("--seed", type=int)
+    parser.add_argument(
+        "prompt", nargs="?", help="one prompt (default: an interactive session, read from stdin)"
+    )
+    parser.add_argument(
+        "--world",
+        choices=["airline", "retail", "bank"],
+        help="offer that world's tools and run each committed call on it (default: no tools)",
+    )
+    parser.add_argument("--model", default="EnvACE-Qwen3-8B", help="the model to ask for")
+    parser.add_argument("--mode", default="parallel", choices=MODES, help="the rehearsal mode")
+    parser.add_argument(
+        "--budget", type=int, help="K imagined trajectories (default: the gateway's)"
+    )
+    parser.add_argument(
+        "--depth", type=int, help="imagined steps per trajectory (default: the gateway's)"
+    )
+    parser.add_argument(
+        "--commit", choices=COMMIT_RULES, help="commit rule (default: the gateway's)"
+    )
+    parser.add_argument(
+        "--deadline-ms", type=int, help="rehearsal deadline in ms (default: the gateway's)"
+    )
+    parser.add_argument(
+        "--seed", type=int, help="sampling seed, for a reproducible answer (default: none)"
+    )
     parser.add_argument("--show-trace", action="store_true", help="print imagined trajectories")
     parser.add_argument(
         "--no-execute", action="store_true", help="stop at the first committed call"
     )
-    parser.add_argument("--max-turns", type=int, default=8)
+    parser.add_argument(
+        "--max-turns", type=int, default=8, help="committed calls to follow per prompt"
+    )
     gateway_options(parser)
     parser.set_defaults(func=run)
 

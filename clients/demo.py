@@ -45,6 +45,8 @@ def register(subparsers: Any) -> None:
         "demo",
         help="run twin + gateway + example agent: rehearsal off vs parallel vs sequential",
         description="Start an engine twin and the gateway, run the example agent, print a table.",
+        epilog="examples:\n  rehearsal-gateway demo --short\n"
+        "  rehearsal-gateway demo --seed 3 --worlds airline --tasks 6 --json out.json",
     )
     parser.add_argument(
         "--worlds", default="retail,bank", help="comma-separated: airline, retail, bank"
@@ -54,20 +56,24 @@ def register(subparsers: Any) -> None:
         "--short", action="store_true", help=f"{SHORT_TASKS} tasks of {SHORT_WORLD} only (tests)"
     )
     parser.add_argument("--budget", type=int, default=4, help="K for the rehearsed runs")
-    parser.add_argument("--commit", default="anchored", choices=COMMIT_RULES)
+    parser.add_argument(
+        "--commit", default="anchored", choices=COMMIT_RULES, help="the rehearsed runs' rule"
+    )
     parser.add_argument("--skill", type=float, default=0.5, help="the twin's policy accuracy")
     parser.add_argument("--fidelity", type=float, default=0.95, help="the twin's imagination")
     parser.add_argument("--latency-scale", type=float, default=0.05, help="scales the h100 profile")
     parser.add_argument("--tool-scale", type=float, default=0.5, help="scales real tool latency")
     parser.add_argument("--max-turns", type=int, default=6, help="the agent's turn limit per task")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=7, help="the run's seed (outcomes repeat)")
     parser.add_argument(
         "--redis",
         default="auto",
         metavar="URL|auto|none",
         help="the gateway's store: auto = Redis on 127.0.0.1:6379 if it answers, else in-process",
     )
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results as JSON (default: no file)"
+    )
     parser.set_defaults(func=run)
 
 

@@ -427,6 +427,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="live terminal view of a running gateway's metrics",
         description="Show a gateway's traffic, rehearsal vs real tool-call latency, fidelity, "
         "tokens and engines, read from its /metrics and refreshed every interval.",
+        epilog="examples:\n  rehearsal-gateway top --url http://127.0.0.1:8000\n"
+        "  rehearsal-gateway top --once   # one frame, then exit (for scripts)",
     )
     default_url = os.environ.get("RGW_URL", DEFAULT_URL)
     parser.add_argument(

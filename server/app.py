@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from .. import __version__
 from .chat.precheck import build_precheck
 from .chat.responses import ResponsesService
 from .chat.service import ChatService
@@ -93,7 +94,7 @@ def create_app(
 
     app = FastAPI(
         title="Rehearsal Gateway",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
