@@ -1,7 +1,7 @@
 """``rehearsal-gateway serve``: run the gateway with uvicorn.
 
 Flags become ``RGW_*`` variables, so flags, environment and worker processes all read one
-``GatewaySettings``. The settings are printed at start with every secret masked. With
+``GatewaySettings``. The settings are logged at start as one JSON line, every secret masked. With
 ``--workers N`` (N > 1) uvicorn starts N processes that each build the app from the environment,
 and Prometheus metrics switch to multiprocess mode in a shared directory. Every log record is
 written to stderr as one JSON line (``server/telemetry/logs.py``), in each worker.
@@ -209,7 +209,8 @@ def refusal(command: str, exc: Exception) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Start the gateway and block until it stops."""
-    import orjson
+    import logging.config
+
     import uvicorn
 
     from ..settings import GatewaySettings
@@ -221,16 +222,18 @@ def run(args: argparse.Namespace) -> int:
     except SettingsRefused as exc:
         print(refusal("serve", exc), file=sys.stderr)
         return 2
-    if settings.redis_url is None:
-        print("rehearsal store: in-process (no Redis URL configured; one process only)", flush=True)
     if settings.workers > 1 and settings.metrics_dir is None:
         metrics_dir = tempfile.mkdtemp(prefix="rgw-metrics-")
         os.environ[ENV_PREFIX + "METRICS_DIR"] = metrics_dir
         settings = GatewaySettings()
     if settings.metrics_dir is not None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = settings.metrics_dir
-    shown = orjson.dumps(settings.masked(), option=orjson.OPT_INDENT_2).decode()
-    print(f"rehearsal-gateway serve, settings:\n{shown}", flush=True)
+    # One JSON line like every other (secrets masked); `rehearsal-gateway config` shows the same
+    # settings readably, each with where its value came from.
+    logging.config.dictConfig(log_config(settings.log_level))
+    logging.getLogger("rehearsal_gateway.server").info(
+        "settings", extra={"settings": settings.masked()}
+    )
 
     common: dict[str, Any] = {
         "host": settings.host,
