@@ -18,6 +18,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "rehearsal_gateway.twin.cli",
     "rehearsal_gateway.server.launcher.serve",
     "rehearsal_gateway.server.launcher.up",
+    "rehearsal_gateway.server.launcher.config",
     "rehearsal_gateway.clients.top",
     "rehearsal_gateway.clients.demo",
     "rehearsal_gateway.clients.chat",

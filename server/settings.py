@@ -103,6 +103,11 @@ def _split_list(value: Any, sep: str | None) -> Any:
     return [item for item in stripped.split(sep) if item.strip()]
 
 
+def _off(value: Any) -> Any:
+    """YAML reads a bare ``off`` as false: in a config file that can only mean ``"off"``."""
+    return "off" if value is False else value
+
+
 class TenantLimits(BaseModel):
     """One key's fair-use limits (docs/limits.md): ``None`` keeps the gateway-wide value; 0: off."""
 
@@ -351,9 +356,16 @@ class GatewaySettings(BaseSettings):
             return {alias.strip(): served.strip() for alias, _, served in pairs}
         return value
 
+    @field_validator("rehearsal_mode", mode="before")
+    @classmethod
+    def _mode(cls, value: Any) -> Any:
+        return _off(value)
+
     @field_validator("trust_pins", mode="before")
     @classmethod
     def _pins(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {tool: _off(policy) for tool, policy in value.items()}
         if isinstance(value, str):
             stripped = value.strip()
             if stripped.startswith("{"):

@@ -51,7 +51,11 @@ class Source:
     name: str
 
     def label(self) -> str:
-        return f"{self.name} in {self.kind} file" if self.kind == "file" else self.name
+        return f"{self.name} in config file" if self.kind == "file" else self.name
+
+    def where(self, setting: str) -> str:
+        """How a refusal names the value: its flag, variable or file key (a default: by name)."""
+        return f"{setting} (default)" if self.kind == "default" else self.label()
 
 
 @dataclass(frozen=True)
@@ -142,14 +146,16 @@ def sources_of(
     present = {name.upper() for name in environ}
     found: dict[str, Source] = {}
     for name in GatewaySettings.model_fields:
-        if name in given.flags:
+        if name == "config" and given.config_file:
+            found[name] = Source("flag", "--config")
+        elif name in given.flags:
             found[name] = Source("flag", given.flags[name][0])
         elif variable(name) in present:
             found[name] = Source("env", variable(name))
         elif name in file_data:
             found[name] = Source("file", name)
         else:
-            found[name] = Source("default", f"{name} (default)")
+            found[name] = Source("default", "default")
     return found
 
 
@@ -159,7 +165,7 @@ def _raw(name: str, source: Source, given: Given, environ: Mapping[str, str],
     if name in SECRET_SETTINGS:
         return MASK
     if source.kind == "flag":
-        return given.flags[name][1]
+        return (given.config_file or "") if name == "config" else given.flags[name][1]
     if source.kind == "env":
         return next((v for k, v in environ.items() if k.upper() == source.name), "")
     if source.kind == "file":
@@ -176,10 +182,10 @@ def _refusals(
     for error in exc.errors(include_url=False):
         loc = [str(part) for part in error["loc"]]
         name = loc[0] if loc else ""
-        source = found.get(name, Source("default", name))
+        source = found.get(name, Source("default", "default"))
         inner = f" (at {'.'.join(loc[1:])})" if len(loc) > 1 else ""
         rule = str(error["msg"]).removeprefix("Value error, ")
-        lines.append(f"{source.label()}={raw.get(name, '')}{inner}: {rule}")
+        lines.append(f"{source.where(name)}={raw.get(name, '')}{inner}: {rule}")
     return lines
 
 
@@ -234,7 +240,7 @@ def load_settings(given: Given) -> Loaded:
         settings = GatewaySettings()
     except ValidationError as exc:
         raise SettingsRefused("\n".join(_refusals(exc, found, raw))) from None
-    problems = [f"{found[n].label()}={raw[n]}: {rule}" for n, rule in whole_problems(settings)]
+    problems = [f"{found[n].where(n)}={raw[n]}: {rule}" for n, rule in whole_problems(settings)]
     if problems:
         raise SettingsRefused("\n".join(problems))
     return Loaded(settings, found)

@@ -31,7 +31,8 @@ SUBCOMMANDS = _subcommands()
 
 def test_the_commands_are_all_there() -> None:
     """The CLI offers every job, the operator's checks included."""
-    assert {"twin", "serve", "up", "top", "demo", "chat", "trace", "eval"} <= (set(SUBCOMMANDS))
+    jobs = {"twin", "serve", "up", "top", "demo", "chat", "trace", "eval", "config"}
+    assert jobs <= set(SUBCOMMANDS)
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
