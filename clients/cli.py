@@ -19,6 +19,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "rehearsal_gateway.server.launcher.serve",
     "rehearsal_gateway.server.launcher.up",
     "rehearsal_gateway.server.launcher.config",
+    "rehearsal_gateway.server.launcher.doctor",
     "rehearsal_gateway.clients.top",
     "rehearsal_gateway.clients.demo",
     "rehearsal_gateway.clients.chat",
@@ -60,6 +61,7 @@ EXAMPLES = """first steps (docs/quickstart.md):
   rehearsal-gateway twin --port 8100 --world retail       # a simulated engine, no GPU
   rehearsal-gateway serve --engine http://127.0.0.1:8100/v1 --port 8000
   rehearsal-gateway chat --world retail "Where is order W1001?"
+  rehearsal-gateway doctor --engine http://127.0.0.1:8100/v1   # is everything set up right?
 every command has its own --help, with an example"""
 
 

@@ -31,7 +31,7 @@ SUBCOMMANDS = _subcommands()
 
 def test_the_commands_are_all_there() -> None:
     """The CLI offers every job, the operator's checks included."""
-    jobs = {"twin", "serve", "up", "top", "demo", "chat", "trace", "eval", "config"}
+    jobs = {"twin", "serve", "up", "top", "demo", "chat", "trace", "eval", "config", "doctor"}
     assert jobs <= set(SUBCOMMANDS)
 
 
