@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
 from .. import __version__
+from .chat.model_switch import ModelSwitch
 from .chat.precheck import build_precheck
 from .chat.responses import ResponsesService
 from .chat.service import ChatService
@@ -187,8 +188,9 @@ async def open_state(
     )
     feedback = Feedback(store, metrics, writer)
     chat = ChatService(
-        pool, calls, rehearsal=rehearsal, feedback=feedback, precheck=build_precheck()
-    )
+        pool, calls, rehearsal=rehearsal, feedback=feedback, precheck=build_precheck(),
+        switch=ModelSwitch.of(settings.model_switch),
+    )  # fmt: skip
     responses = ResponsesService(chat, rehearsal, feedback)
     draining = Draining()
     state = GatewayState(

@@ -204,6 +204,13 @@ def whole_problems(settings: GatewaySettings) -> list[tuple[str, str]]:
             f"is below the default rehearsal's cost (budget x depth = {cost}): every "
             "request without knobs of its own would be refused"
         )))  # fmt: skip
+    for suffix in settings.model_switch:
+        budget = suffix.partition("-")[2]
+        if budget and not 0 <= int(budget) <= settings.max_budget:
+            problems.append(("model_switch", (
+                f"@{suffix}: the budget must be between 0 and {settings.max_budget} "
+                f"(the cap, {variable('max_budget')})"
+            )))  # fmt: skip
     if settings.workers > 1 and settings.redis_url is None:
         problems.append(("workers", (
             "more than 1 needs a Redis URL (--redis, RGW_REDIS_URL): with the in-process store "

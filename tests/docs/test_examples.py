@@ -66,8 +66,12 @@ def _params(tag: str) -> list[object]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A retail twin behind a gateway with no API keys, as the docs' examples assume."""
-    with running_stack(tmp_path_factory.mktemp("docs"), twin_args=("--skill", "0.6")) as running:
+    """A retail twin behind a gateway with no API keys and one model-name switch, as the docs'
+    examples assume."""
+    env = {"RGW_MODEL_SWITCH": "parallel-4"}
+    with running_stack(
+        tmp_path_factory.mktemp("docs"), twin_args=("--skill", "0.6"), env=env
+    ) as running:
         yield running
 
 
