@@ -29,10 +29,9 @@ from statistics import fmean
 from typing import Any
 
 from rehearsal_gateway.rehearsal.budget import COMMIT_RULES
-from rehearsal_gateway.server.launcher.processes import free_ports
 
 from . import stack
-from .stack import Child, spawn, store_settings, wait_ready
+from .stack import Child, add_port_options, chosen_ports, spawn, store_settings, wait_ready
 
 DEMO_KEYS = {"off": "demo-off-key", "parallel": "demo-parallel-key", "sequential": "demo-seq-key"}
 MODEL = "EnvACE-Qwen3-8B"
@@ -74,6 +73,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--json", metavar="PATH", help="also write the results as JSON (default: no file)"
     )
+    add_port_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -236,7 +236,7 @@ def _start_stack(
     children: list[Child], workdir: Path, args: argparse.Namespace, store: dict[str, str]
 ) -> str:
     """Start the twin and the gateway; the gateway's base URL once both answer."""
-    twin_port, gateway_port = free_ports(2)
+    twin_port, gateway_port = chosen_ports(args)
     cli = [sys.executable, "-m", "rehearsal_gateway.clients.cli"]
     worlds = _worlds(args)
     twin = spawn(children, "twin", [

@@ -23,6 +23,7 @@ from typing import Any
 
 from rehearsal_gateway.rehearsal.budget import COMMIT_RULES
 
+from ..stack import add_port_options
 from . import UsageError
 
 MODES = ("off", "parallel", "sequential")
@@ -79,6 +80,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--twin-fidelity", type=float, default=0.95, help="local twin only")
     p.add_argument("--twin-latency-scale", type=float, default=0.05, help="scales h100 latency")
     p.add_argument("--redis", default="auto", metavar="URL|auto|none", help="local gateway's store")
+    add_port_options(p)
     p.set_defaults(func=run)
 
 
@@ -156,11 +158,9 @@ def gateway_models(base: str, api_key: str | None) -> list[str]:
 @contextlib.contextmanager
 def local_stack(args: argparse.Namespace, keys: list[str], workdir: Path) -> Iterator[str]:
     """An engine twin and a gateway on loopback, one API key per cell; the gateway's URL."""
-    from rehearsal_gateway.server.launcher.processes import free_ports
+    from ..stack import children, chosen_ports, spawn, store_settings, wait_ready
 
-    from ..stack import children, spawn, store_settings, wait_ready
-
-    twin_port, gateway_port = free_ports(2)
+    twin_port, gateway_port = chosen_ports(args)
     cli = [sys.executable, "-m", "rehearsal_gateway.clients.cli"]
     with store_settings(args.redis, "eval") as store, children() as started:
         twin = spawn(started, "twin", [

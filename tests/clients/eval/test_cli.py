@@ -174,13 +174,17 @@ def test_raw_bfcl_docs_get_the_400_that_says_how(stack: Stack, tmp_path: Path) -
 @pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_worlds_suite_on_a_local_twin_says_it_is_a_simulation(tmp_path: Path) -> None:
-    """No --gateway: eval starts its own twin + gateway, labels every table, and stops them."""
+    """No --gateway: eval starts its own twin + gateway (on the ports asked for), labels every
+    table, and stops them."""
     out = tmp_path / "run"
+    port = free_port()
     done = _eval(
         "--suite", "worlds", "--worlds", "retail", "--limit", "3", "--modes", "off,parallel",
-        "--budgets", "2", "--out", str(out), "--redis", "none",
+        "--budgets", "2", "--out", str(out), "--redis", "none", "--port", str(port),
+        "--twin-port", str(free_port()),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    assert f"started an engine twin and a gateway at http://127.0.0.1:{port}" in done.stdout
     assert done.stdout.count("SIMULATION") >= 2
     summary = json.loads((out / "summary.json").read_text())
     assert summary["simulation"] is True
