@@ -69,7 +69,7 @@ class EngineSpec(BaseModel):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
+    def check_http_url(cls, value: str) -> str:
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"engine URL must be http(s)://host:port[/v1], got {value!r}")
@@ -323,7 +323,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("engines", mode="before")
     @classmethod
-    def _engines(cls, value: Any) -> Any:
+    def split_engines(cls, value: Any) -> Any:
         items = _split_list(value, None)
         if isinstance(items, list):
             return [EngineSpec.parse(item) if isinstance(item, str) else item for item in items]
@@ -331,7 +331,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("engines")
     @classmethod
-    def _unique_names(cls, value: list[EngineSpec]) -> list[EngineSpec]:
+    def check_unique_names(cls, value: list[EngineSpec]) -> list[EngineSpec]:
         labels = [spec.label for spec in value]
         if len(set(labels)) != len(labels):
             raise ValueError(f"engine names must be unique, got {labels}")
@@ -339,7 +339,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("redis_prefix")
     @classmethod
-    def _prefix_without_braces(cls, value: str) -> str:
+    def check_prefix_without_braces(cls, value: str) -> str:
         # A brace would become the Redis Cluster hash tag of every key (server/store/keys.py).
         if "{" in value or "}" in value:
             raise ValueError(f"the Redis key prefix may not contain braces, got {value!r}")
@@ -347,7 +347,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("aliases", mode="before")
     @classmethod
-    def _aliases(cls, value: Any) -> Any:
+    def split_aliases(cls, value: Any) -> Any:
         if isinstance(value, str):
             stripped = value.strip()
             if stripped.startswith("{"):
@@ -358,12 +358,12 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("rehearsal_mode", mode="before")
     @classmethod
-    def _mode(cls, value: Any) -> Any:
+    def read_off_mode(cls, value: Any) -> Any:
         return _off(value)
 
     @field_validator("trust_pins", mode="before")
     @classmethod
-    def _pins(cls, value: Any) -> Any:
+    def split_pins(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return {tool: _off(policy) for tool, policy in value.items()}
         if isinstance(value, str):
@@ -376,17 +376,17 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("limit_overrides", mode="before")
     @classmethod
-    def _overrides(cls, value: Any) -> Any:
+    def parse_overrides(cls, value: Any) -> Any:
         return orjson.loads(value) if isinstance(value, str) and value.strip() else value or {}
 
     @field_validator("model_switch", mode="before")
     @classmethod
-    def _switches(cls, value: Any) -> Any:
+    def split_switches(cls, value: Any) -> Any:
         return _split_list(value, ",")
 
     @field_validator("model_switch")
     @classmethod
-    def _switch_forms(cls, value: list[str]) -> list[str]:
+    def check_switches(cls, value: list[str]) -> list[str]:
         for suffix in value:
             mode, _, budget = suffix.strip().partition("-")
             if mode not in ("off", "parallel", "sequential") or (budget and not budget.isdigit()):
@@ -395,7 +395,7 @@ class GatewaySettings(BaseSettings):
 
     @field_validator("api_keys", mode="before")
     @classmethod
-    def _keys(cls, value: Any) -> Any:
+    def split_keys(cls, value: Any) -> Any:
         return _split_list(value, ",")
 
     def values_for(self, cls: type[T], prefix: str = "", **given: Any) -> T:

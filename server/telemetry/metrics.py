@@ -34,7 +34,6 @@ from .tallies import (
     CounterTally,
     FlushTallies,
     GaugeTally,
-    HistogramTally,
     Tally,
 )
 
@@ -74,7 +73,7 @@ class GatewayMetrics(MetricFamilies):
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
         self._children: dict[tuple[_Family, tuple[str, ...]], Any] = {}
-        # One process: counters and histograms are tallied and flushed on read. Several
+        # One process: counters are tallied and flushed on read. Several
         # workers write every update to the shared files, so a scrape sees all of them.
         self._tallies: list[Tally] = []
         self._passthrough_tokens: tuple[Any, ...] | None = None  # every pass-through's three
@@ -113,15 +112,14 @@ class GatewayMetrics(MetricFamilies):
         takes the family's lock on every call: seven calls were ~4% of a pass-through
         request's CPU, a dict hit is a tenth of one. Counters and histograms only: their
         series are never removed (the engine gauges are, ``forget_engine``). In one process
-        the series comes wrapped in its tally (``server/telemetry/tallies.py``).
+        the series of a counter comes wrapped in its tally (``server/telemetry/tallies.py``).
         """
         key = (family, values)
         child = self._children.get(key)
         if child is None:
             child = family.labels(*values)
-            if self.multiprocess_dir is None:
-                tally = HistogramTally if isinstance(family, Histogram) else CounterTally
-                child = tally(child)
+            if self.multiprocess_dir is None and not isinstance(family, Histogram):
+                child = CounterTally(child)
                 self._tallies.append(child)
             self._children[key] = child
         return child

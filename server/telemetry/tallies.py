@@ -1,15 +1,16 @@
-"""Counter, gauge and histogram series kept as plain tallies, added to prometheus_client's on read.
+"""Counter and gauge series kept as plain tallies, added to prometheus_client's on read.
 
 ``GatewayMetrics`` (``server/telemetry/metrics.py``) hands these out in place of
 prometheus_client's labelled children when the gateway runs as one process; with several
 workers every update is written through to the shared files instead, so a scrape sees all of
-them. A tally spares the request path prometheus_client's lock and argument checks
+them. A tally spares the request path prometheus_client's lock and argument checks, and its
+flush uses the child's public ``inc`` only. Histograms are observed directly: a tally of bucket
+counts could only be flushed through the child's private buckets
 (docs/decisions/0002-lean-wire-and-tallied-metrics.md).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,38 +56,6 @@ class GaugeTally(CounterTally):
             self.child.inc(amount)
 
 
-class HistogramTally:
-    """A histogram series tallied the same way: per-bucket counts and a sum, flushed on read.
-
-    The flush adds to the child's own bucket and sum values (``_buckets``, ``_sum``: what its
-    ``observe`` adds to, non-cumulative); ``tests/server/test_metrics.py`` pins that a tallied
-    histogram exports what prometheus_client's ``observe`` would.
-    """
-
-    __slots__ = ("bounds", "child", "counts", "total")
-
-    def __init__(self, child: Any) -> None:
-        self.child = child
-        self.bounds: list[float] = list(child._upper_bounds)
-        self.counts = [0] * len(self.bounds)
-        self.total = 0.0
-
-    def observe(self, amount: float) -> None:
-        self.counts[bisect_left(self.bounds, amount)] += 1  # le: the first bound >= amount
-        self.total += amount
-
-    def flush(self) -> None:
-        counts = self.counts
-        if not any(counts):
-            return
-        self.counts = [0] * len(counts)
-        total, self.total = self.total, 0.0
-        for bucket, count in zip(self.child._buckets, counts, strict=True):
-            if count:
-                bucket.inc(count)
-        self.child._sum.inc(total)
-
-
 class FlushTallies:
     """A collector that yields nothing: registered first, it flushes the tallies before the
     registry's own collectors are read."""
@@ -100,4 +69,4 @@ class FlushTallies:
         return ()
 
 
-Tally = CounterTally | GaugeTally | HistogramTally
+Tally = CounterTally | GaugeTally

@@ -110,9 +110,9 @@ def test_the_in_flight_gauge_reads_true_at_every_read_and_nesting() -> None:
 
 
 def test_tallied_series_export_what_prometheus_client_would() -> None:
-    """One process tallies counters and histograms and flushes them on every read: the samples
-    are the ones prometheus_client's own ``inc``/``observe`` give, bucket edges and overflow
-    too, and a second read after more updates adds only those."""
+    """One process tallies counters and flushes them on every read (histograms are observed
+    directly): the samples are the ones prometheus_client's own ``inc``/``observe`` give, bucket
+    edges and overflow too, and a second read after more updates adds only those."""
     tallied = GatewayMetrics()
     plain = CollectorRegistry()
     histogram = Histogram("h", "h", ("engine", "role"), buckets=REQUEST_BUCKETS, registry=plain)
