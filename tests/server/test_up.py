@@ -261,7 +261,11 @@ def test_two_engines_one_gpu_each_behind_the_gateway(
             assert (log_dir / f"engine{gpu}.log").read_text().startswith("fake vllm: loading")
         assert f"logs in {log_dir}" in up.log()
         # The gateway's slots per engine are vLLM's batch (RGW_REHEARSAL_ENGINE_SHARE's base).
-        assert up.log().count('"max_concurrency": 128') == 2
+        settings = next(
+            json.loads(line)["settings"] for line in up.log().splitlines()
+            if line.startswith("{") and json.loads(line).get("msg") == "settings"
+        )  # fmt: skip
+        assert [spec["max_concurrency"] for spec in settings["engines"]] == [128, 128]
 
         auth = {"authorization": "Bearer sk-up"}
         assert httpx.get(up.url + "/v1/models").status_code == 401  # serve's --api-key applies
