@@ -282,17 +282,20 @@ class EngineClient:
         try:
             health, _ = await get(engine.root_url + engine.health_path)
             if health != 200:
-                return Probe(healthy=False, models=engine.models)
+                reason = f"{engine.health_path} answered HTTP {health}"
+                return Probe(healthy=False, models=engine.models, reason=reason)
             status, models = await get(engine.base_url + "/models")
             if engine.router is None:
                 metrics, exposition = await get(engine.root_url + "/metrics")
                 if metrics == 200:
                     depth = queue_depth(exposition.decode("utf-8", "replace"))
         except TimeoutError:
-            return Probe(healthy=False, models=engine.models, timed_out=True)
+            reason = f"no answer within {self.probe_timeout:g} s"
+            return Probe(healthy=False, models=engine.models, timed_out=True, reason=reason)
         except httpx.HTTPError as exc:
             timed_out = isinstance(exc, httpx.TimeoutException) and not is_reset(exc)
-            return Probe(healthy=False, models=engine.models, timed_out=timed_out)
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return Probe(healthy=False, models=engine.models, timed_out=timed_out, reason=reason)
         cards = model_cards(models) if status == 200 else ()
         return Probe(
             healthy=True,
