@@ -30,6 +30,7 @@ from .engines.calls import EngineCalls
 from .engines.client import EngineClient, Waits
 from .engines.discovery import EngineDiscovery, Resolver, resolve_system
 from .engines.pool import EnginePool, EnginesReady
+from .engines.stalls import StallWatch
 from .engines.transport import EngineTransport
 from .engines.transports import AiohttpTransport
 from .http.accounting import RequestAccounting
@@ -211,6 +212,12 @@ async def open_state(
         interval = settings.health_interval
         health = asyncio.create_task(pool.run_health_checks(engines.probe, interval))
         tasks = [health]
+        if settings.engine_stall_after_s > 0:
+            watch = StallWatch(
+                pool, engines.canary, after_s=settings.engine_stall_after_s,
+                timeout_s=settings.engine_canary_timeout_s, retry_s=interval,
+            )  # fmt: skip
+            tasks.append(asyncio.create_task(watch.run()))
         if discovery.groups:
             tasks.append(asyncio.create_task(discovery.run(settings.discovery_interval)))
         log.info(

@@ -268,6 +268,12 @@ class GatewaySettings(BaseSettings):
     # Active health: probes failed in a row before an engine is taken out. A probe failure does
     # not count while the engine answered real traffic since the previous probe (busy, not dead).
     health_failures: int = Field(default=2, ge=1)
+    # An engine that passes its probes but answers no call (server/engines/stalls.py): once a
+    # call has waited this long on it and it sent nothing back for as long, it gets a one-token
+    # canary call; 0: no canaries. Unanswered within engine_canary_timeout_s, the engine is
+    # taken out and its waiting calls move (or get a 504).
+    engine_stall_after_s: float = Field(default=10.0, ge=0)
+    engine_canary_timeout_s: float = Field(default=10.0, gt=0)
     # SIGTERM: stop accepting, /ready 503, let in-flight requests finish within this many seconds.
     # Default: the deadline cap (120 s) + one commit (60 s) + 10 s. deploy/ follows it (a test).
     shutdown_grace_s: float = Field(default=190.0, gt=0)

@@ -31,20 +31,24 @@ the prompt; the tokens it had written are lost), within its rehearsal's deadline
 that work was quiet for ``rehearsal_yield_quiet_s``. A rehearsal's own acting calls neither
 cancel nor hold back its own imaginations (``owner``; ``server/engines/yielding.py``).
 
-Health comes from two sides, and neither lies about a busy engine:
+Health comes from three sides, and none lies about a busy engine:
 
 - **passive**: ``eject_after`` consecutive failed calls (refused, timed out, broken, 5xx) take an
   engine out; any answered call resets the count;
 - **active**: a periodic probe (``/health``, ``/metrics`` for the queue depth, ``/v1/models`` for
   served names); ``health_failures`` failed probes in a row take an engine out, and a probe that
   timed out does not count while the engine delivered bytes of real traffic since the previous
-  probe — a saturated engine answers slowly, it is not dead. One passing probe brings it back.
+  probe — a saturated engine answers slowly, it is not dead. One passing probe brings it back;
+- **canaries**: an engine whose calls waited ``RGW_ENGINE_STALL_AFTER_S`` while nothing came
+  back from it gets a one-token call; unanswered, it is taken out until one is answered, whatever
+  its probes say (``server/engines/stalls.py``).
 
-An engine taken out by its probes (silent: no probe, no byte of traffic) is **hung**: the calls
-waiting on it are aborted at once (``Engine.abort_calls``) so that the caller can move them to
-another engine while nothing was sent to the client, or answer 504 — instead of waiting for a
-read timeout sized for long generations. The pool holds no HTTP client: probing is a function
-handed to ``run_health_checks``.
+An engine taken out by its probes (silent: no probe, no byte of traffic) is **hung**, and one taken
+out by a canary **stalled**: the calls waiting on it are aborted at once (``Engine.abort_calls``)
+so that the caller can move them to another engine while nothing was sent to the client, or
+answer 504 — instead of waiting for a read timeout sized for long generations. The pool holds no
+HTTP client: probing is a function handed to ``run_health_checks``, a canary one handed to the
+stall watch.
 
 An entry may be a router in front of a fleet (``router=vllm-router``,
 ``server/engines/routers.py``): the pool then treats it as one engine with no concurrency limit of
