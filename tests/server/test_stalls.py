@@ -27,6 +27,8 @@ from tests.server.conftest import TWIN_MODEL, metric_value
 from tests.server.rehearsal_support import opening
 from tests.server.test_faults import CLIENT_TIMEOUT_S, SENT, check, classify_stream, drive
 from tests.support.chaos import ChaosProxy
+from tests.support.procs import Proc
+from tests.support.vllm import SERVED_MODEL_NAME
 
 AFTER_S = 0.05
 
@@ -367,4 +369,25 @@ def test_a_long_generation_on_a_healthy_engine_is_not_cut(
         gateway.url, "rehearsal_gateway_engine_canaries_total", outcome="answered"
     )
     assert answered >= 1  # canaries went out while it generated, and were answered
+    assert ejected_by_canary(gateway.url) == 0
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(300)
+def test_a_long_generation_on_real_vllm_is_not_cut(vllm_engine: Proc, start_gateway) -> None:
+    """Real vLLM: canaries go out while a 600-token whole answer is generated; vLLM answers
+    them from the same batch, and the call is answered in full with no engine taken out."""
+    # Probes rarely, so that the generation counter cannot stand in for the canaries here.
+    env = {**STALLS, "RGW_ENGINE_STALL_AFTER_S": "0.3", "RGW_HEALTH_INTERVAL": "60"}
+    gateway = start_gateway(vllm_engine.url + "/v1", env=env)
+    body = {
+        "model": SERVED_MODEL_NAME, "max_tokens": 600, "ignore_eos": True, "temperature": 0,
+        "messages": [{"role": "user", "content": "Count to a thousand."}],
+    }  # fmt: skip
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=240)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] == 600
+    canaries = "rehearsal_gateway_engine_canaries_total"
+    assert metric_value(gateway.url, canaries, outcome="answered") >= 1
+    assert metric_value(gateway.url, canaries, outcome="silent") == 0
     assert ejected_by_canary(gateway.url) == 0
