@@ -147,7 +147,7 @@ async def open_state(
 ) -> AsyncIterator[GatewayState]:
     """Create every resource, run until the app stops, then release them in reverse order."""
     pool = EnginePool.from_specs(
-        settings.engines,
+        settings.all_engines,
         metrics,
         default_concurrency=settings.engine_max_concurrency,
         aliases=settings.aliases,
@@ -197,7 +197,7 @@ async def open_state(
     )  # fmt: skip
     discovery = EngineDiscovery(
         pool,
-        [spec for spec in settings.engines if spec.discover],
+        [spec for spec in settings.all_engines if spec.discover],
         engines.probe,
         settings.engine_max_concurrency,
         resolver,

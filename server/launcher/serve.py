@@ -37,6 +37,13 @@ def register(subparsers: Any) -> None:
         "discover=dns the host stands for every address it resolves to",
     )
     parser.add_argument(
+        "--rehearsal-engine",
+        action="append",
+        metavar="URL[,name=N][,model=M][,max_concurrency=C][,discover=dns]",
+        help="an engine for imagination only (repeatable): rehearsal-role calls go to these "
+        "first, acting calls, commits and pass-through never",
+    )
+    parser.add_argument(
         "--discovery-interval",
         type=float,
         metavar="SECONDS",
@@ -98,6 +105,11 @@ def _export(args: argparse.Namespace) -> None:
 
     values: dict[str, str | None] = {
         "ENGINES": orjson.dumps(args.engine).decode() if args.engine else None,
+        "REHEARSAL_ENGINES": (
+            orjson.dumps(args.rehearsal_engine).decode()
+            if getattr(args, "rehearsal_engine", None)
+            else None
+        ),
         "ALIASES": ",".join(args.alias) if args.alias else None,
         "DISCOVERY_INTERVAL": _text(args.discovery_interval),
         "REDIS_URL": args.redis,
