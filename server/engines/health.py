@@ -2,9 +2,8 @@
 
 ``PoolHealth`` is the half of ``EnginePool`` (``server/engines/pool.py``, whose docstring says
 how health is judged) that records failed calls, probe and canary outcomes and runs the probe
-loop;
-the pool inherits it, so callers see one object. ``EnginesReady`` is the readiness check the
-lifespan registers: ready when at least one engine passed its last probe.
+loop; the pool inherits it, so callers see one object. ``EnginesReady`` is the readiness check
+the lifespan registers: ready when at least one engine of real work passed its last probe.
 """
 
 from __future__ import annotations
@@ -158,12 +157,14 @@ class PoolHealth:
 
 @dataclass(frozen=True)
 class EnginesReady:
-    """Ready when at least one engine passed its last health check."""
+    """Ready when at least one engine of real work (one that serves acting calls) passed its
+    last health check: engines that only imagine cannot answer a request."""
 
     pool: PoolHealth
     name: str = "engines"
 
     async def check(self) -> CheckResult:
-        healthy = [e.name for e in self.pool.engines if e.healthy]
+        healthy = [e for e in self.pool.engines if e.healthy]
         total = len(self.pool.engines)
-        return CheckResult(bool(healthy), f"{len(healthy)}/{total} healthy")
+        acting = any("act" in e.roles for e in healthy)
+        return CheckResult(acting, f"{len(healthy)}/{total} healthy")

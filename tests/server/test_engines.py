@@ -7,7 +7,13 @@ import asyncio
 import pytest
 
 from rehearsal_gateway.server.engines.engine import rehearsal_slots
-from rehearsal_gateway.server.engines.pool import Engine, EnginePool, Probe, affinity_key
+from rehearsal_gateway.server.engines.pool import (
+    Engine,
+    EnginePool,
+    EnginesReady,
+    Probe,
+    affinity_key,
+)
 from rehearsal_gateway.server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
 from rehearsal_gateway.server.settings import ALL_ROLES, EngineSpec, Role
 from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
@@ -435,3 +441,14 @@ async def test_rehearsal_falls_back_to_the_main_set_within_its_share() -> None:
     assert pool.choose("rehearse", "m", b"k", frozenset()) is None  # main's share is taken
     pool.release(held[2], "rehearse")
     assert pool.choose("rehearse", "m", b"k", frozenset()) is main
+
+
+async def test_a_rehearsal_set_alone_is_not_ready() -> None:
+    """``/ready`` needs an engine of real work: the rehearsal set alone answers no request."""
+    pool = split_pool(main=1, rehearsal=1)
+    main, _ = pool.engines
+    assert (await EnginesReady(pool).check()).ok
+    pool.mark_unreachable(main)
+    result = await EnginesReady(pool).check()
+    assert not result.ok
+    assert result.detail == "1/2 healthy"
