@@ -21,6 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rehearsal_gateway.rehearsal.budget import COMMIT_RULES
+
+from ..stack import add_port_options
 from . import UsageError, tau_cli
 
 MODES = ("off", "parallel", "sequential")
@@ -37,32 +40,48 @@ def register(subparsers: Any) -> None:
         help="score rehearsal modes × budgets on BFCL multi-turn, τ²-Bench (or the twin's worlds)",
         description="Run a suite's tasks through the gateway for each mode and budget, execute "
         "every committed call for real, score with the suite's checker, print a table.",
+        epilog="examples:\n"
+        "  rehearsal-gateway eval --suite worlds --limit 6 --modes off,parallel --budgets 2,4\n"
+        "  rehearsal-gateway eval --gateway http://127.0.0.1:8000 --limit 20 --out runs/bfcl",
     )
     p.add_argument(
-        "--suite", choices=["bfcl-multi-turn", "worlds", "tau2", "paper"], default="bfcl-multi-turn"
+        "--suite",
+        choices=["bfcl-multi-turn", "worlds", "tau2", "paper"],
+        default="bfcl-multi-turn",
+        help="the tasks: BFCL multi-turn, the twin's worlds, τ²-Bench (--domain), or the paper's "
+        "table (BFCL multi-turn base and the τ² domains)",
     )
     p.add_argument("--gateway", metavar="URL", help="a running gateway (default: start a twin)")
-    p.add_argument("--api-key", help="the gateway's API key, when it requires one")
+    p.add_argument("--api-key", help="the gateway's API key, when it requires one (default: none)")
     p.add_argument("--model", help="model to ask for (default: the gateway's first model)")
     p.add_argument("--modes", default="off,parallel,sequential", help="comma-separated")
     p.add_argument("--budgets", default="4", help="comma-separated K for the rehearsed modes")
-    p.add_argument("--commit", choices=["select", "reflect"], help="default: the gateway's")
+    p.add_argument(
+        "--commit", choices=COMMIT_RULES, help="the commit rule (default: the gateway's)"
+    )
     p.add_argument("--depth", type=int, help="imagined steps per trajectory (gateway default)")
     p.add_argument("--temperature", type=float, default=0.6, help="EnvACE's evaluation sampling")
-    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--top-p", type=float, default=0.95, help="EnvACE's evaluation sampling")
     p.add_argument("--seeds", default="0", help="comma-separated; each seed reruns every task")
-    p.add_argument("--tasks", default="", metavar="GLOB[,GLOB]", help="task ids to keep")
-    p.add_argument("--limit", type=int, help="the first N tasks (after --tasks)")
+    p.add_argument(
+        "--tasks", default="", metavar="GLOB[,GLOB]", help="task ids to keep (default: all)"
+    )
+    p.add_argument("--limit", type=int, help="the first N tasks (after --tasks; default: all)")
     p.add_argument("--category", default="base", help="BFCL multi-turn category (bfcl only)")
     p.add_argument("--worlds", default="airline,retail,bank", help="worlds suite only")
     p.add_argument("--max-steps", type=int, default=12, help="worlds suite: steps per task")
     p.add_argument("--concurrency", type=int, default=4, help="tasks in flight")
-    p.add_argument("--out", metavar="DIR", help="run directory; rerun with it to resume")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="run directory; rerun with it to resume (default: rgw-eval/SUITE-TIME)",
+    )
     p.add_argument("--plot", action="store_true", help="also write DIR/plot.png (matplotlib)")
     p.add_argument("--twin-skill", type=float, default=0.5, help="local twin only")
     p.add_argument("--twin-fidelity", type=float, default=0.95, help="local twin only")
     p.add_argument("--twin-latency-scale", type=float, default=0.05, help="scales h100 latency")
     p.add_argument("--redis", default="auto", metavar="URL|auto|none", help="local gateway's store")
+    add_port_options(p)
     tau_cli.add_arguments(p)
     p.set_defaults(func=run)
 
@@ -143,11 +162,9 @@ def gateway_models(base: str, api_key: str | None) -> list[str]:
 @contextlib.contextmanager
 def local_stack(args: argparse.Namespace, keys: list[str], workdir: Path) -> Iterator[str]:
     """An engine twin and a gateway on loopback, one API key per cell; the gateway's URL."""
-    from rehearsal_gateway.server.launcher.processes import free_ports
+    from ..stack import children, chosen_ports, spawn, store_settings, wait_ready
 
-    from ..stack import children, spawn, store_settings, wait_ready
-
-    twin_port, gateway_port = free_ports(2)
+    twin_port, gateway_port = chosen_ports(args)
     cli = [sys.executable, "-m", "rehearsal_gateway.clients.cli"]
     with store_settings(args.redis, "eval") as store, children() as started:
         twin = spawn(started, "twin", [

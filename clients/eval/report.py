@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import vetoes
 from .summary import CellSummary
 
 
@@ -20,10 +21,7 @@ def _number(value: float | None, fmt: str = "{:.3f}") -> str:
 
 
 def _vetoes(row: CellSummary) -> str:
-    if not row.vetoes:
-        return "0"
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted(row.vetoes.items(), key=lambda kv: -kv[1]))
-    return f"{row.veto_total}: {kinds}"
+    return vetoes.render(row.vetoes)
 
 
 def _fidelity(row: CellSummary) -> str:

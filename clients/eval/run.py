@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,7 +98,7 @@ class GridRun:
                 f"{self.out}: run the same command with --out {self.out} to continue."
             )
             return 1
-        return 0
+        return 1 if report_refusals(console, episodes.values()) else 0
 
     def report(self, console: Any, episodes: dict[tuple[str, int, str], Episode],
                run_dir: RunDir) -> None:  # fmt: skip
@@ -136,3 +136,19 @@ class GridRun:
             loop.remove_signal_handler(signal.SIGTERM)
             for client in clients.values():
                 await client.close()
+
+
+def report_refusals(console: Any, episodes: Iterable[Any]) -> bool:
+    """Print, per cell, how many episodes the gateway refused and the first reason; any?"""
+    refused: dict[str, list[str]] = {}
+    for episode in episodes:
+        if episode.request_error is not None:
+            refused.setdefault(episode.cell, []).append(episode.request_error)
+    for cell, reasons in sorted(refused.items()):
+        console.print(
+            f"[red]refused:[/red] {cell}: the gateway refused {len(reasons)} episode(s): "
+            f"{reasons[0]}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return bool(refused)
