@@ -74,7 +74,11 @@ def test_tau2_slice_end_to_end(stack: Stack, tmp_path: Path) -> None:
     suite = TauSuite("retail")
     for episode in episodes:
         verdict = json.loads(episode["verdict"]["error_message"])
-        assert verdict["termination"] == "user_stop"  # the twin's user states, then stops
+        # The twin's user states the scenario, then stops; its agent may meet τ²'s error limit.
+        assert verdict["termination"] in ("user_stop", "too_many_errors")
+        if verdict["termination"] == "too_many_errors":
+            assert episode["tool_errors"] == 10
+            assert not episode["success"]
         assert episode["trajectory"][0][0]["user"].startswith("Instructions:")
         assert episode["requests"] > 0
         assert _replayed(suite, episode) == episode["success"]
