@@ -29,6 +29,7 @@ from typing import Any
 
 from rehearsal_gateway.twin.worlds import Task, World, WorldTool
 
+from . import vetoes
 from .client import AsyncRehearsalClient, Rehearsal, summary
 
 
@@ -113,7 +114,7 @@ def _record(episode: Episode, completion: Any) -> None:
     episode.rehearsal_ids.append(rehearsed.id)
     # The acting phase is what an unrehearsed call costs too; rehearsal is what comes on top.
     episode.rehearsal_ms += rehearsed.latency_ms.rehearse + rehearsed.latency_ms.commit
-    episode.vetoes += rehearsed.vetoes
+    episode.vetoes += sum(vetoes.from_summary(rehearsed).values())
     if rehearsed.degraded is not None:
         episode.degraded[rehearsed.degraded] += 1
     for role, counts in rehearsed.tokens.items():

@@ -157,12 +157,23 @@ def translate(exc: openai.OpenAIError) -> GatewayError:
     return GatewayError(str(exc))
 
 
+MISSING_KEY = (
+    "missing API key: the gateway requires one and this client has none "
+    "(the CLI takes --api-key or RGW_API_KEY)"
+)
+
+
 @contextmanager
-def _translated() -> Iterator[None]:
+def _translated(key_given: bool = True) -> Iterator[None]:
     try:
         yield
     except openai.OpenAIError as exc:
-        raise translate(exc) from exc
+        error = translate(exc)
+        if isinstance(error, AuthenticationFailed) and not key_given:
+            # The SDK sends a placeholder key when it has none: the gateway can only say
+            # "invalid", but the client knows the key is missing.
+            error = AuthenticationFailed(MISSING_KEY, status=error.status)
+        raise error from exc
 
 
 def request_kwargs(
@@ -203,17 +214,18 @@ class RehearsalClient:
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 120.0):
         self.openai = openai.OpenAI(**_sdk_options(base_url, api_key, timeout))
+        self.key_given = bool(api_key)
 
     def create(
         self, *, rehearsal: Rehearsal | Mapping[str, Any] | None = None, **kwargs: Any
     ) -> Any:
         """``chat.completions.create`` with rehearsal knobs; streams when ``stream=True``."""
-        with _translated():
+        with _translated(self.key_given):
             return self.openai.chat.completions.create(**request_kwargs(rehearsal, kwargs))
 
     def trace(self, rehearsal_id: str) -> dict[str, Any]:
         """The stored trace of one rehearsal."""
-        with _translated():
+        with _translated(self.key_given):
             response = self.openai.get(_trace_path(rehearsal_id), cast_to=httpx.Response)
         trace: dict[str, Any] = response.json()
         return trace
@@ -227,17 +239,18 @@ class AsyncRehearsalClient:
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 120.0):
         self.openai = openai.AsyncOpenAI(**_sdk_options(base_url, api_key, timeout))
+        self.key_given = bool(api_key)
 
     async def create(
         self, *, rehearsal: Rehearsal | Mapping[str, Any] | None = None, **kwargs: Any
     ) -> Any:
         """``chat.completions.create`` with rehearsal knobs; streams when ``stream=True``."""
-        with _translated():
+        with _translated(self.key_given):
             return await self.openai.chat.completions.create(**request_kwargs(rehearsal, kwargs))
 
     async def trace(self, rehearsal_id: str) -> dict[str, Any]:
         """The stored trace of one rehearsal."""
-        with _translated():
+        with _translated(self.key_given):
             response = await self.openai.get(_trace_path(rehearsal_id), cast_to=httpx.Response)
         trace: dict[str, Any] = response.json()
         return trace

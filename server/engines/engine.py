@@ -41,6 +41,7 @@ class Probe:
     timed_out: bool = False  # no answer in time (busy or hung), as opposed to a refusal or an error
     models: tuple[str, ...] = ()
     cards: tuple[dict[str, Any], ...] = ()  # the engine's /v1/models entries, as it wrote them
+    reason: str = ""  # why an unhealthy probe failed, in a few words, for the operator's log
 
 
 @dataclass(eq=False, slots=True)
@@ -70,6 +71,8 @@ class Engine:
     progress_at: float = 0.0  # time.monotonic() of the last byte of real traffic
     probed_at: float = 0.0  # when the previous probe round started
     hung: bool = False  # taken out by probes: nothing answered at all
+    down_reason: str = ""  # the last failed probe's reason while the engine is out
+    down_logged_at: float = 0.0  # time.monotonic() of the last warning that it is still out
     waiters: set[asyncio.Task[Any]] = field(default_factory=set)  # tasks awaiting this engine
     aborted: set[asyncio.Task[Any]] = field(default_factory=set)
     real: RealWork = field(default_factory=RealWork)  # acting calls, imaginations yielding

@@ -19,6 +19,8 @@ from ..telemetry.readiness import CheckResult
 from .engine import Engine, Probe
 
 log = logging.getLogger("rehearsal_gateway.engines")
+# While an engine stays out, the warning that names it and why comes again this often.
+DOWN_REMINDER_S = 60.0
 
 
 class PoolHealth:
@@ -63,8 +65,12 @@ class PoolHealth:
             engine.probe_failures += 1
             if engine.probe_failures < self.health_failures and engine.healthy:
                 return
-        if probe.healthy != engine.healthy:
-            log.info("engine %s is %s", engine.name, "healthy" if probe.healthy else "unhealthy")
+        if probe.healthy:
+            if not engine.healthy:
+                log.info("engine %s is healthy", engine.name)
+            engine.down_reason = ""
+        else:
+            self._warn_down(engine, probe.reason)
         if engine.healthy and not probe.healthy:
             self.metrics.engine_ejected(engine.name, "probes")
             if probe.timed_out:
@@ -79,6 +85,19 @@ class PoolHealth:
         if probe.cards:
             engine.cards = probe.cards
         self.metrics.engine_state(engine.name, healthy=probe.healthy, queue_depth=probe.queue_depth)
+
+    def _warn_down(self, engine: Engine, reason: str) -> None:
+        """Warn that an engine is out, naming its URL and why: when it goes (or starts) out,
+        and again every ``DOWN_REMINDER_S`` while it stays out."""
+        now = time.monotonic()
+        changed = engine.healthy or reason != engine.down_reason or not engine.down_logged_at
+        if not changed and now - engine.down_logged_at < DOWN_REMINDER_S:
+            return
+        engine.down_reason, engine.down_logged_at = reason, now
+        log.warning(
+            "engine %s (%s) is unreachable: %s; routing around it until a probe passes",
+            engine.name, engine.base_url, reason or "unhealthy", extra={"engine": engine.name},
+        )  # fmt: skip
 
     async def check_all(self, probe: Callable[[Engine], Awaitable[Probe]]) -> None:
         """Probe every engine once, concurrently."""
