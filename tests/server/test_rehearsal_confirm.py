@@ -106,6 +106,33 @@ def test_responses_answers_with_the_question(gateway_url: str) -> None:
     client.close()
 
 
+def test_a_streamed_response_streams_the_question(gateway_url: str) -> None:
+    """openai SDK, streamed Responses: text deltas, no function-call item, the same question."""
+    client = OpenAI(base_url=gateway_url + "/v1", api_key="none", max_retries=0)
+    tool = {"type": "function", "name": "delete_record", "parameters": PARAMETERS,
+            "annotations": {"destructiveHint": True}}  # fmt: skip
+    stream = client.responses.create(
+        model="double-model",
+        input=[
+            {"role": "user", "content": "Delete record 0."},
+            {"type": "function_call", "call_id": "c1", "name": "delete_record",
+             "arguments": '{"key": 0}'},
+            {"type": "function_call_output", "call_id": "c1", "output": LOCKED},
+        ],  # type: ignore[list-item]
+        tools=[tool],  # type: ignore[list-item]
+        extra_body={"rehearsal": KNOBS}, stream=True,
+    )  # fmt: skip
+    text, items = "", []
+    for event in stream:
+        if event.type == "response.output_text.delta":
+            text += event.delta
+        elif event.type == "response.output_item.done":
+            items.append(event.item.type)
+    assert items == ["message"]
+    assert HELD_LINE in text.splitlines()
+    client.close()
+
+
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_an_agents_sdk_run_ends_on_the_question(gateway_url: str, api: str) -> None:
     """Agents SDK: the tool runs once, fails for real, and the run's final output is the question
