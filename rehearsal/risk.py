@@ -57,10 +57,12 @@ UNKNOWN = ToolRisk("unknown", "default")
 
 @dataclass(frozen=True, slots=True)
 class RiskSettings:
-    """The operator's policy for one tenant: name patterns, and whether reads are imagined."""
+    """The operator's policy for one tenant: name patterns, whether reads are imagined, and
+    whether ``confirm`` is required (on for every request, whatever the request says)."""
 
     patterns: tuple[tuple[str, Risk], ...] = ()
     imagine_reads: bool = True
+    require_confirm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
