@@ -144,6 +144,13 @@ def classify(
     return classes
 
 
+def has_annotations(tools: object) -> bool:
+    """Whether a request's ``tools`` (a list, else none) carry annotations anywhere."""
+    return isinstance(tools, list) and any(
+        isinstance(tool, JSON_OBJECT) and annotations_of(tool) is not None for tool in tools
+    )
+
+
 def strip_annotations(tools: Sequence[Any]) -> tuple[Any, ...]:
     """``tools`` without annotations (copies of the entries that had some; the rest as given)."""
     stripped: list[Any] = []
