@@ -85,10 +85,12 @@ bench: install
 
 ## Rehearsal on the real vLLM CPU engine (tiny model): K=4/K=1, vLLM's own prefix-cache
 ## counters, plain-request latency under rehearsal load with and without priorities (~7 min);
-## then imaginations batched into one vLLM call against one call each (~4 min).
+## then imaginations batched into one vLLM call against one call each (~4 min); then two engines
+## pinned to a core each, plain latency under rehearsal load, shared against split (~10 min).
 bench-vllm: install vllm-env
 	$(PY) -m benchmarks.rehearsal_vllm
 	$(PY) -m benchmarks.batching_vllm
+	$(PY) -m benchmarks.split_vllm
 
 ## Rehearsal with a real language model acting and imagining (Qwen2.5-Coder-0.5B on vLLM CPU):
 ## off vs parallel K=2/K=4 vs sequential K=2 on twin worlds used as real tools, paired by task and

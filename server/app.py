@@ -33,6 +33,7 @@ from .engines.client import EngineClient, Waits
 from .engines.discovery import EngineDiscovery, Resolver, resolve_system
 from .engines.health import DOWN_REMINDER_S
 from .engines.pool import EnginePool, EnginesReady
+from .engines.stalls import StallWatch
 from .engines.transport import EngineTransport
 from .engines.transports import AiohttpTransport
 from .engines.wire import WireTransport
@@ -156,7 +157,7 @@ async def open_state(
 ) -> AsyncIterator[GatewayState]:
     """Create every resource, run until the app stops, then release them in reverse order."""
     pool = EnginePool.from_specs(
-        settings.engines,
+        settings.all_engines,
         metrics,
         default_concurrency=settings.engine_max_concurrency,
         aliases=settings.aliases,
@@ -208,7 +209,7 @@ async def open_state(
     )  # fmt: skip
     discovery = EngineDiscovery(
         pool,
-        [spec for spec in settings.engines if spec.discover],
+        [spec for spec in settings.all_engines if spec.discover],
         engines.probe,
         settings.engine_max_concurrency,
         resolver,
@@ -226,8 +227,14 @@ async def open_state(
         tasks = [health]
         if settings.redis_url is not None:
             where = f"Redis store {mask_url(settings.redis_url.get_secret_value())}"
-            watch = warn_while_failing(store_ready, store_state, where, DOWN_REMINDER_S)
-            tasks.append(asyncio.create_task(watch))
+            store_watch = warn_while_failing(store_ready, store_state, where, DOWN_REMINDER_S)
+            tasks.append(asyncio.create_task(store_watch))
+        if settings.engine_stall_after_s > 0:
+            stalls = StallWatch(
+                pool, engines.canary, after_s=settings.engine_stall_after_s,
+                timeout_s=settings.engine_canary_timeout_s, retry_s=interval,
+            )  # fmt: skip
+            tasks.append(asyncio.create_task(stalls.run()))
         if discovery.groups:
             tasks.append(asyncio.create_task(discovery.run(settings.discovery_interval)))
         log.info(

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -42,6 +42,7 @@ Role = Literal["act", "rehearse"]
 REHEARSAL_PRIORITY = 10
 RouterKind = Literal["vllm-router"]
 ALL_ROLES: frozenset[Role] = frozenset(("act", "rehearse"))
+REHEARSE_ONLY: frozenset[Role] = frozenset(("rehearse",))
 MASK = "********"
 ENV_PREFIX = "RGW_"
 CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
@@ -325,6 +326,16 @@ class GatewaySettings(BaseSettings):
     # Active health: probes failed in a row before an engine is taken out. A probe failure does
     # not count while the engine answered real traffic since the previous probe (busy, not dead).
     health_failures: int = Field(default=2, ge=1)
+    # An engine that passes its probes but answers no call (server/engines/stalls.py): once a
+    # call has waited this long on it and it sent nothing back for as long, it gets a one-token
+    # canary call; 0: no canaries. Unanswered within engine_canary_timeout_s, the engine is
+    # taken out and its waiting calls move (or get a 504).
+    engine_stall_after_s: float = Field(default=10.0, ge=0)
+    engine_canary_timeout_s: float = Field(default=10.0, gt=0)
+    # A second engine set for imagination (server/engines/pool.py): entries as in `engines`,
+    # serving the rehearsal role only. Rehearsal-role calls go to them first and to the main set
+    # (within rehearsal_engine_share) only when none of them is healthy with room.
+    rehearsal_engines: Annotated[list[EngineSpec], NoDecode] = Field(default_factory=list)
     # SIGTERM: stop accepting, /ready 503, let in-flight requests finish within this many seconds.
     # Default: the deadline cap (120 s) + one commit (60 s) + 10 s. deploy/ follows it (a test).
     shutdown_grace_s: float = Field(default=190.0, gt=0)
@@ -352,7 +363,7 @@ class GatewaySettings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
         return tuple(sources)
 
-    @field_validator("engines", mode="before")
+    @field_validator("engines", "rehearsal_engines", mode="before")
     @classmethod
     def split_engines(cls, value: Any) -> Any:
         items = _split_list(value, None)
@@ -367,6 +378,24 @@ class GatewaySettings(BaseSettings):
         if len(set(labels)) != len(labels):
             raise ValueError(f"engine names must be unique, got {labels}")
         return value
+
+    @field_validator("rehearsal_engines")
+    @classmethod
+    def check_rehearsal_engines(
+        cls, value: list[EngineSpec], info: ValidationInfo
+    ) -> list[EngineSpec]:
+        """Each serves the rehearse role only; names unique across both sets."""
+        if any(spec.roles not in (ALL_ROLES, REHEARSE_ONLY) for spec in value):
+            raise ValueError("a rehearsal engine serves the rehearse role only; leave roles out")
+        labels = [spec.label for spec in [*info.data.get("engines", []), *value]]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"engine names must be unique across both sets, got {labels}")
+        return [spec.model_copy(update={"roles": REHEARSE_ONLY}) for spec in value]
+
+    @property
+    def all_engines(self) -> list[EngineSpec]:
+        """The engines of real work, then the rehearsal set."""
+        return [*self.engines, *self.rehearsal_engines]
 
     @field_validator("redis_prefix")
     @classmethod
@@ -465,10 +494,15 @@ class GatewaySettings(BaseSettings):
         data = self.model_dump(mode="json")
         data["api_keys"] = [MASK for _ in self.api_keys]
         data["redis_url"] = mask_url(self.redis_url.get_secret_value()) if self.redis_url else None
-        data["engines"] = [
-            {**spec.model_dump(mode="json"), "url": mask_url(spec.url), "roles": sorted(spec.roles)}
-            for spec in self.engines
-        ]
+        for name in ("engines", "rehearsal_engines"):
+            data[name] = [
+                {
+                    **spec.model_dump(mode="json"),
+                    "url": mask_url(spec.url),
+                    "roles": sorted(spec.roles),
+                }
+                for spec in getattr(self, name)
+            ]
         return data
 
 

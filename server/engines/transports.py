@@ -34,7 +34,7 @@ def socket_cap(settings: GatewaySettings) -> int:
     default = settings.engine_max_concurrency
     return sum(
         ((spec.max_concurrency or default) + 4) * (8 if spec.discover else 1)
-        for spec in settings.engines
+        for spec in settings.all_engines
     )
 
 

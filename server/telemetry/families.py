@@ -130,8 +130,14 @@ class MetricFamilies:
         """Faults seen at the edges: engines taken out of routing, clients gone mid-upload."""
         self.engine_ejections = Counter(
             PREFIX + "engine_ejections",
-            "Engines taken out of routing, by cause (calls: failures in a row; probes).",
+            "Engines taken out of routing, by cause (calls: failures in a row; probes; canary).",
             ("engine", "cause"),
+            registry=reg,
+        )
+        self.engine_canaries = Counter(
+            PREFIX + "engine_canaries",
+            "One-token calls to engines whose calls waited in silence, by outcome.",
+            ("engine", "outcome"),
             registry=reg,
         )
         self.rehearsal_preemptions = Counter(

@@ -89,8 +89,12 @@ class GatewayMetrics(MetricFamilies):
             self._in_flight = _InFlight(self.in_flight)
 
     def engine_ejected(self, engine: str, cause: str) -> None:
-        """An engine was taken out of routing (``calls`` or ``probes``)."""
+        """An engine was taken out of routing (``calls``, ``probes`` or ``canary``)."""
         self.engine_ejections.labels(engine, cause).inc()
+
+    def engine_canary(self, engine: str, outcome: str) -> None:
+        """A canary to ``engine`` was ``answered`` (or traffic came meanwhile) or ``silent``."""
+        self.engine_canaries.labels(engine, outcome).inc()
 
     def rehearsal_preempted(self, engine: str, calls: int) -> None:
         """Real work took its slot on ``engine`` and cancelled ``calls`` imaginations there."""
