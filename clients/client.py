@@ -49,6 +49,9 @@ class Rehearsal:
     early_exit: bool | None = None
     trace: bool | None = None
     repair: bool | None = None
+    # Tool name -> risk class (read_only | write | destructive | unknown), over every other source.
+    risk: dict[str, str] | None = None
+    confirm: bool | None = None  # ask the user before a destructive call rehearsal doubts
 
     def to_body(self) -> dict[str, Any]:
         return {name: value for name, value in asdict(self).items() if value is not None}
@@ -84,6 +87,9 @@ class RehearsalSummary(BaseModel):
     commit_path: str | None = None  # which decision path committed the turn
     commit_check: str | None = None  # ok | schema_invalid | unchecked
     committed_rehearsed: bool | None = None
+    committed_risk: list[str] = Field(default_factory=list)  # each committed call's risk class
+    # Under ``confirm``: the calls held back while the answer asks the user (else None).
+    held_for_confirmation: list[dict[str, Any]] | None = None
     trust: dict[str, str] = Field(default_factory=dict)  # tool -> trust policy
     engine_calls: int = 0
     degraded: str | None = None

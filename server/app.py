@@ -33,8 +33,10 @@ from .engines.client import EngineClient, Waits
 from .engines.discovery import EngineDiscovery, Resolver, resolve_system
 from .engines.health import DOWN_REMINDER_S
 from .engines.pool import EnginePool, EnginesReady
+from .engines.stalls import StallWatch
 from .engines.transport import EngineTransport
 from .engines.transports import AiohttpTransport
+from .engines.wire import WireTransport
 from .http.accounting import RequestAccounting
 from .http.auth import ApiKeyMiddleware, ApiKeyRing
 from .http.handlers import add_error_handlers
@@ -50,6 +52,7 @@ from .rehearse.defaults import (
     budget_defaults,
     planner_settings,
     rehearse_priority,
+    risk_policy,
     trust_settings,
 )
 from .rehearse.feedback import Feedback
@@ -121,6 +124,11 @@ def app_from_environment() -> FastAPI:
 # A young-generation collection every GC_YOUNG container allocations (CPython 3.11: 700), and
 # the older ones as rarely again; the heap after start-up is frozen out of every scan.
 GC_THRESHOLDS = (10_000, 20, 20)
+# ``RGW_ENGINE_TRANSPORT`` -> the transport the lifespan builds from the settings.
+TRANSPORTS: dict[str, type[WireTransport | AiohttpTransport]] = {
+    "wire": WireTransport,
+    "aiohttp": AiohttpTransport,
+}
 
 
 def settle_heap() -> None:
@@ -149,7 +157,7 @@ async def open_state(
 ) -> AsyncIterator[GatewayState]:
     """Create every resource, run until the app stops, then release them in reverse order."""
     pool = EnginePool.from_specs(
-        settings.engines,
+        settings.all_engines,
         metrics,
         default_concurrency=settings.engine_max_concurrency,
         aliases=settings.aliases,
@@ -161,7 +169,7 @@ async def open_state(
         rehearsal_yield_quiet_s=settings.rehearsal_yield_quiet_s,
     )
     metrics.start_series(engine.name for engine in pool.engines)
-    transport = engine_transport or AiohttpTransport.of(settings)
+    transport = engine_transport or TRANSPORTS[settings.engine_transport].of(settings)
     engines = EngineClient(transport, metrics, settings.health_timeout, Waits.of(settings))
     calls = EngineCalls(pool, engines, max_attempts=settings.max_attempts)
     store = open_store(settings)
@@ -181,6 +189,7 @@ async def open_state(
         caps=budget_caps(settings),
         planner=planner_settings(settings),
         trust=trust_settings(settings),
+        risk=risk_policy(settings),
         rehearse_priority=rehearse_priority(settings),
         batch=settings.rehearsal_batch,
         commit_timeout=settings.commit_timeout,
@@ -200,7 +209,7 @@ async def open_state(
     )  # fmt: skip
     discovery = EngineDiscovery(
         pool,
-        [spec for spec in settings.engines if spec.discover],
+        [spec for spec in settings.all_engines if spec.discover],
         engines.probe,
         settings.engine_max_concurrency,
         resolver,
@@ -218,8 +227,14 @@ async def open_state(
         tasks = [health]
         if settings.redis_url is not None:
             where = f"Redis store {mask_url(settings.redis_url.get_secret_value())}"
-            watch = warn_while_failing(store_ready, store_state, where, DOWN_REMINDER_S)
-            tasks.append(asyncio.create_task(watch))
+            store_watch = warn_while_failing(store_ready, store_state, where, DOWN_REMINDER_S)
+            tasks.append(asyncio.create_task(store_watch))
+        if settings.engine_stall_after_s > 0:
+            stalls = StallWatch(
+                pool, engines.canary, after_s=settings.engine_stall_after_s,
+                timeout_s=settings.engine_canary_timeout_s, retry_s=interval,
+            )  # fmt: skip
+            tasks.append(asyncio.create_task(stalls.run()))
         if discovery.groups:
             tasks.append(asyncio.create_task(discovery.run(settings.discovery_interval)))
         log.info(

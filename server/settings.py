@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -42,6 +42,7 @@ Role = Literal["act", "rehearse"]
 REHEARSAL_PRIORITY = 10
 RouterKind = Literal["vllm-router"]
 ALL_ROLES: frozenset[Role] = frozenset(("act", "rehearse"))
+REHEARSE_ONLY: frozenset[Role] = frozenset(("rehearse",))
 MASK = "********"
 ENV_PREFIX = "RGW_"
 CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
@@ -120,6 +121,19 @@ class TenantLimits(BaseModel):
     max_cost: int | None = Field(default=None, ge=0)
 
 
+RiskClass = Literal["read_only", "write", "destructive", "unknown"]
+
+
+class TenantRisk(BaseModel):
+    """One key's tool risk policy (docs/rehearsal.md#risk-classes): ``None`` keeps the
+    gateway-wide value; its patterns are tried before the gateway's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    patterns: dict[str, RiskClass] | None = None
+    imagine_reads: bool | None = None
+
+
 class GatewaySettings(BaseSettings):
     """The gateway's configuration (env prefix ``RGW_``)."""
 
@@ -150,6 +164,9 @@ class GatewaySettings(BaseSettings):
     # An idle connection to an engine is closed after this long: below uvicorn's (so vLLM's)
     # 5 s keep-alive, so the engine never closes a socket the gateway is about to reuse.
     engine_keepalive_s: float = Field(default=4.0, gt=0)
+    # How engine calls travel, behind one seam (server/engines/transport.py): "wire", asyncio's
+    # sockets and httptools' parser (the default: the least CPU per call), or "aiohttp".
+    engine_transport: Literal["wire", "aiohttp"] = "wire"
     # A CA bundle (PEM) for https engines with a private CA; unset: the system's CAs.
     engine_ca_file: str | None = None
     # The engines' vLLM ``--scheduling-policy``. With "priority" (every engine started with
@@ -209,6 +226,8 @@ class GatewaySettings(BaseSettings):
     rehearsal_top_p: float = Field(default=0.95, gt=0, le=1)
     rehearsal_early_exit: bool = True
     rehearsal_repair: bool = True
+    # Ask the user before a destructive call rehearsal found evidence against (docs/rehearsal.md).
+    rehearsal_confirm: bool = False
     # Model-name switches offered (docs/configuration.md#model-name-switch): with "parallel-4"
     # here, a request for MODEL@parallel-4 is a request for MODEL with mode parallel, budget 4,
     # for clients that can set neither body fields nor headers. Empty: no switch (the default).
@@ -244,6 +263,17 @@ class GatewaySettings(BaseSettings):
     trust_pins: Annotated[
         dict[str, Literal["trusted", "learning", "ignore_vetoes", "off"]], NoDecode
     ] = Field(default_factory=dict)
+
+    # Tool risk classes (rehearsal/risk.py, docs/rehearsal.md#risk-classes): the operator's
+    # tool-name patterns, "glob=class,glob=class" or a JSON object, the first match in the order
+    # written (classes: read_only, write, destructive, unknown). A request's rehearsal.risk map
+    # and MCP annotations on a tool come first.
+    risk_patterns: Annotated[dict[str, RiskClass], NoDecode] = Field(default_factory=dict)
+    # Whether read_only calls are imagined at all (their real result is their own evidence).
+    risk_imagine_reads: bool = True
+    # Per tenant, JSON: {"t_<24 hex>": {"patterns": {"cancel_*": "destructive"},
+    # "imagine_reads": false}}.
+    risk_overrides: Annotated[dict[str, TenantRisk], NoDecode] = Field(default_factory=dict)
 
     # ---- Store writes beside the answer, and the in-process store's bounds
     # (server/store/writer.py, server/store/inprocess.py).
@@ -294,6 +324,16 @@ class GatewaySettings(BaseSettings):
     # Active health: probes failed in a row before an engine is taken out. A probe failure does
     # not count while the engine answered real traffic since the previous probe (busy, not dead).
     health_failures: int = Field(default=2, ge=1)
+    # An engine that passes its probes but answers no call (server/engines/stalls.py): once a
+    # call has waited this long on it and it sent nothing back for as long, it gets a one-token
+    # canary call; 0: no canaries. Unanswered within engine_canary_timeout_s, the engine is
+    # taken out and its waiting calls move (or get a 504).
+    engine_stall_after_s: float = Field(default=10.0, ge=0)
+    engine_canary_timeout_s: float = Field(default=10.0, gt=0)
+    # A second engine set for imagination (server/engines/pool.py): entries as in `engines`,
+    # serving the rehearsal role only. Rehearsal-role calls go to them first and to the main set
+    # (within rehearsal_engine_share) only when none of them is healthy with room.
+    rehearsal_engines: Annotated[list[EngineSpec], NoDecode] = Field(default_factory=list)
     # SIGTERM: stop accepting, /ready 503, let in-flight requests finish within this many seconds.
     # Default: the deadline cap (120 s) + one commit (60 s) + 10 s. deploy/ follows it (a test).
     shutdown_grace_s: float = Field(default=190.0, gt=0)
@@ -321,7 +361,7 @@ class GatewaySettings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
         return tuple(sources)
 
-    @field_validator("engines", mode="before")
+    @field_validator("engines", "rehearsal_engines", mode="before")
     @classmethod
     def split_engines(cls, value: Any) -> Any:
         items = _split_list(value, None)
@@ -336,6 +376,24 @@ class GatewaySettings(BaseSettings):
         if len(set(labels)) != len(labels):
             raise ValueError(f"engine names must be unique, got {labels}")
         return value
+
+    @field_validator("rehearsal_engines")
+    @classmethod
+    def check_rehearsal_engines(
+        cls, value: list[EngineSpec], info: ValidationInfo
+    ) -> list[EngineSpec]:
+        """Each serves the rehearse role only; names unique across both sets."""
+        if any(spec.roles not in (ALL_ROLES, REHEARSE_ONLY) for spec in value):
+            raise ValueError("a rehearsal engine serves the rehearse role only; leave roles out")
+        labels = [spec.label for spec in [*info.data.get("engines", []), *value]]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"engine names must be unique across both sets, got {labels}")
+        return [spec.model_copy(update={"roles": REHEARSE_ONLY}) for spec in value]
+
+    @property
+    def all_engines(self) -> list[EngineSpec]:
+        """The engines of real work, then the rehearsal set."""
+        return [*self.engines, *self.rehearsal_engines]
 
     @field_validator("redis_prefix")
     @classmethod
@@ -373,6 +431,22 @@ class GatewaySettings(BaseSettings):
             pairs = (item.partition("=") for item in stripped.split(",") if item.strip())
             return {tool.strip(): policy.strip() for tool, _, policy in pairs}
         return value
+
+    @field_validator("risk_patterns", mode="before")
+    @classmethod
+    def split_risk_patterns(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("{"):
+                return orjson.loads(stripped)
+            pairs = (item.rpartition("=") for item in stripped.split(",") if item.strip())
+            return {pattern.strip(): risk.strip() for pattern, _, risk in pairs}
+        return value
+
+    @field_validator("risk_overrides", mode="before")
+    @classmethod
+    def parse_risk_overrides(cls, value: Any) -> Any:
+        return orjson.loads(value) if isinstance(value, str) and value.strip() else value or {}
 
     @field_validator("limit_overrides", mode="before")
     @classmethod
@@ -418,10 +492,15 @@ class GatewaySettings(BaseSettings):
         data = self.model_dump(mode="json")
         data["api_keys"] = [MASK for _ in self.api_keys]
         data["redis_url"] = mask_url(self.redis_url.get_secret_value()) if self.redis_url else None
-        data["engines"] = [
-            {**spec.model_dump(mode="json"), "url": mask_url(spec.url), "roles": sorted(spec.roles)}
-            for spec in self.engines
-        ]
+        for name in ("engines", "rehearsal_engines"):
+            data[name] = [
+                {
+                    **spec.model_dump(mode="json"),
+                    "url": mask_url(spec.url),
+                    "roles": sorted(spec.roles),
+                }
+                for spec in getattr(self, name)
+            ]
         return data
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from rehearsal_gateway.rehearsal.budget import COMMIT_RULES
 
 from ..stack import add_port_options
-from . import UsageError
+from . import UsageError, tau_cli
 
 MODES = ("off", "parallel", "sequential")
 SIMULATION = (
@@ -37,7 +37,7 @@ def register(subparsers: Any) -> None:
     """Add ``eval`` to the top-level CLI."""
     p = subparsers.add_parser(
         "eval",
-        help="score rehearsal modes × budgets on BFCL multi-turn (or the twin's worlds)",
+        help="score rehearsal modes × budgets on BFCL multi-turn, τ²-Bench (or the twin's worlds)",
         description="Run a suite's tasks through the gateway for each mode and budget, execute "
         "every committed call for real, score with the suite's checker, print a table.",
         epilog="examples:\n"
@@ -46,9 +46,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--suite",
-        choices=["bfcl-multi-turn", "worlds"],
+        choices=["bfcl-multi-turn", "worlds", "tau2", "paper"],
         default="bfcl-multi-turn",
-        help="the tasks: BFCL multi-turn, or the twin's worlds",
+        help="the tasks: BFCL multi-turn, the twin's worlds, τ²-Bench (--domain), or the paper's "
+        "table (BFCL multi-turn base and the τ² domains)",
     )
     p.add_argument("--gateway", metavar="URL", help="a running gateway (default: start a twin)")
     p.add_argument("--api-key", help="the gateway's API key, when it requires one (default: none)")
@@ -81,6 +82,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--twin-latency-scale", type=float, default=0.05, help="scales h100 latency")
     p.add_argument("--redis", default="auto", metavar="URL|auto|none", help="local gateway's store")
     add_port_options(p)
+    tau_cli.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -113,6 +115,8 @@ def grid_cells(args: argparse.Namespace) -> list[Any]:
 
 
 def _suite(args: argparse.Namespace, workdir: Path) -> Any:
+    if args.suite in ("tau2", "paper"):
+        return tau_cli.build_suite(args, workdir)
     if args.suite == "worlds":
         from rehearsal_gateway.twin.worlds import WORLD_NAMES
 
@@ -212,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
 def execute(args: argparse.Namespace, console: Any) -> int:
     began = time.perf_counter()
     cells = grid_cells(args)
-    seeds = _list(args.seeds, "seeds", int)
+    seeds = tau_cli.trial_seeds(args, _list(args.seeds, "seeds", int))
     if args.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     if args.plot:
@@ -225,7 +229,8 @@ def execute(args: argparse.Namespace, console: Any) -> int:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out or f"rgw-eval/{args.suite}-{stamp}")
     suite = _suite(args, out)
-    tasks = suite.task_ids(_list(args.tasks, "tasks"))[: args.limit]
+    limit = None if args.suite == "paper" else args.limit  # the paper suite's is per benchmark
+    tasks = suite.task_ids(_list(args.tasks, "tasks"))[:limit]
     if not tasks:
         raise UsageError(f"no {suite.name} task matches --tasks {args.tasks!r}")
     keys = [f"eval-{cell.name}" for cell in cells]
@@ -243,10 +248,12 @@ def execute(args: argparse.Namespace, console: Any) -> int:
             api_keys = {cell.name: key for cell, key in zip(cells, keys, strict=True)}
             console.print(f"started an engine twin and a gateway at {base} (one API key per cell)")
         models = gateway_models(base, next(iter(api_keys.values())))
+        tau_cli.check_engine(base, next(iter(api_keys.values())))
         model = args.model or (models[0] if models else "")
+        from .paper import PaperRun
         from .run import GridRun
 
-        grid = GridRun(
+        grid = (PaperRun if args.suite == "paper" else GridRun)(
             suite=suite, cells=cells, seeds=seeds, tasks=tasks, out=out, base=base,
             api_keys=api_keys, manifest=_manifest(args, suite, model),
             simulation=not args.gateway,

@@ -276,3 +276,17 @@ async def run_episode(
     episode.success = verdict.valid
     episode.verdict = {k: v for k, v in asdict(verdict).items() if v is not None}
     return episode
+
+
+class ScriptedTurns:
+    """A suite whose tasks script their user turns (BFCL, the worlds): played by ``run_episode``."""
+
+    step_limit: int
+
+    async def play(
+        self, client: AsyncRehearsalClient, task: TaskRun, episode: Episode, cell: Cell,
+        sampling: Sampling, *, session: str,
+    ) -> Episode:  # fmt: skip
+        return await run_episode(
+            client, task, episode, cell, sampling, step_limit=self.step_limit, session=session
+        )

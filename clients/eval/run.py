@@ -3,7 +3,8 @@
 It opens the run directory (refusing one that holds another experiment), says how much of the
 grid is already done, runs the rest with a progress bar per cell, and — also after a partial
 run, so that what finished is visible — prints the tables and writes summary.json, summary.csv
-and, when asked, plot.png. A run stopped by the gateway exits 1 and says how to continue.
+and plot.png (when matplotlib is installed; `--plot` insists on it). A run stopped by the gateway
+exits 1 and says how to continue.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from ..client import AsyncRehearsalClient, GatewayError
 from . import UsageError, report
-from .episode import Cell, Sampling
+from .episode import Cell, Episode, Sampling
 from .grid import Grid, Suite, pending_jobs
 from .results import RunDir, RunMismatch
 from .summary import summarize, to_csv
@@ -87,7 +88,8 @@ class GridRun:
         }
         run_dir.write("summary.json", json.dumps(document, indent=2) + "\n")
         run_dir.write("summary.csv", to_csv(rows))
-        if plot:
+        self.report(console, episodes, run_dir)
+        if plot or report.can_plot():
             plot_path = report.plot(rows, self.out / "plot.png", self.title)
             console.print(f"plot: {plot_path}")
         if failure is not None:
@@ -97,6 +99,10 @@ class GridRun:
             )
             return 1
         return 1 if report_refusals(console, episodes.values()) else 0
+
+    def report(self, console: Any, episodes: dict[tuple[str, int, str], Episode],
+               run_dir: RunDir) -> None:  # fmt: skip
+        """A suite's own figures beside the tables (none here; the paper suite's table)."""
 
     async def _run_jobs(
         self, jobs: Sequence[Any], run_dir: RunDir, sampling: Sampling, concurrency: int,

@@ -1,4 +1,4 @@
-"""Engine calls: chat completions, streams and health probes, each through the transport seam.
+"""Engine calls through the transport seam: chat completions, streams, probes and canaries.
 
 ``EngineClient`` speaks to engines only through an ``EngineTransport``
 (``server/engines/transport.py``), which the lifespan chooses; so a test's fake transport runs
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import httpx
+import orjson
 
 from ..errors import EngineError, EngineFailed, EngineTimeout
 from ..settings import GatewaySettings
@@ -39,6 +40,8 @@ from ..telemetry.waits import deadline, waiting
 from .engine import (
     JSON,
     call_headers,
+    engine_headers,
+    generated_tokens,
     model_cards,
     model_ids,
     queue_depth,
@@ -71,6 +74,8 @@ __all__ = ["CHAT_PATH", "EngineClient", "EngineStream", "Waits", "call_headers"]
 T = TypeVar("T")
 RESET_RETRIES = 3  # sends that may meet a reset socket before the call counts as failed
 PROBE_HEADERS = {"accept-encoding": "identity"}
+CANARY_ROLE = "canary"
+CANARY_MESSAGES = [{"role": "user", "content": "Reply with OK."}]
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,9 +267,11 @@ class EngineClient:
     async def probe(self, engine: Engine) -> Probe:
         """One health check: liveness, queue depth and served models. Never raises.
 
-        Each of its calls must answer within ``probe_timeout``. A router's queue depth is not
-        read: its ``/metrics`` is one of its engines' (whichever it forwards to), and the
-        fleet's load is the router's to balance anyway.
+        Each of its calls must answer within ``probe_timeout``; a pooled socket that was reset or
+        closed under it is retried as a chat call's is, so stale sockets (an engine restarted, an
+        idle socket closed by a proxy) do not count against a live engine. A router's queue
+        depth is not read: its ``/metrics`` is one of its engines' (whichever it forwards to),
+        and the fleet's load is the router's to balance anyway.
         """
         headers = {**PROBE_HEADERS, **engine.headers}
 
@@ -273,10 +280,11 @@ class EngineClient:
                 "GET", url, headers, None, self.probe_timeout, engine.server_name
             )
             async with asyncio.timeout(self.probe_timeout):
-                response = await self.transport.send(request)
+                response = await self._send(engine, lambda: self.transport.send(request))
                 return response.status, await response.read()
 
         depth = 0.0
+        generated = None
         try:
             health, _ = await get(engine.root_url + engine.health_path)
             if health != 200:
@@ -286,7 +294,8 @@ class EngineClient:
             if engine.router is None:
                 metrics, exposition = await get(engine.root_url + "/metrics")
                 if metrics == 200:
-                    depth = queue_depth(exposition.decode("utf-8", "replace"))
+                    text = exposition.decode("utf-8", "replace")
+                    depth, generated = queue_depth(text), generated_tokens(text)
         except TimeoutError:
             reason = f"no answer within {self.probe_timeout:g} s"
             return Probe(healthy=False, models=engine.models, timed_out=True, reason=reason)
@@ -300,7 +309,30 @@ class EngineClient:
             queue_depth=depth,
             models=model_ids(cards) if status == 200 else engine.models,
             cards=cards,
+            generated=generated,
         )
+
+    async def canary(self, engine: Engine) -> bool:
+        """One one-token chat completion to ``engine``: whether it answered at all.
+
+        An answer below 500 counts, a refusal too: the question is whether the engine still
+        answers calls, not whether it likes this one. A 5xx, a broken connection or a failure
+        to connect do not. It takes no slot of the engine's; the stall watch bounds it in time
+        (``server/engines/stalls.py``).
+        """
+        body = {"messages": CANARY_MESSAGES, "max_tokens": 1, "temperature": 0}
+        if engine.models:
+            body["model"] = engine.models[0]
+        request = EngineRequest(
+            "POST", engine.root_url + CHAT_PATH, engine_headers(engine, CANARY_ROLE),
+            orjson.dumps(body), self.waits.connect, engine.server_name,
+        )  # fmt: skip
+        try:
+            response = await self.transport.send(request)
+            await response.read()
+        except httpx.HTTPError:
+            return False
+        return response.status < 500
 
 
 async def _close(response: EngineResponse | None) -> None:

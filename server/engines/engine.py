@@ -1,10 +1,12 @@
 """One upstream engine as the pool sees it: its addresses, limits, live load and health state.
 
-An ``Engine`` also keeps the tasks waiting for its bytes (``watch``/``unwatch``), so that when
-its probes find it hung the pool can abort them at once (``abort_calls``) and each caller can
-tell that abort from any other cancellation (``take_abort``) and move the call elsewhere. The
-headers each call to it carries (``call_headers``) and the reading of its probe answers
-(``/metrics``, ``/v1/models``, into a ``Probe``) live here too.
+An ``Engine`` also keeps the tasks waiting for its bytes and since when (``watch``/``unwatch``),
+so that the stall watch can tell calls that wait in silence (``longest_wait``,
+``server/engines/stalls.py``), and when its probes or a canary find it hung the pool can abort
+them at once (``abort_calls``) and each caller can tell that abort from any other cancellation
+(``take_abort``) and move the call elsewhere. The headers each call to it carries
+(``call_headers``) and the reading of its probe answers (``/metrics``, ``/v1/models``, into a
+``Probe``) live here too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Probe:
     healthy: bool
     queue_depth: float = 0.0
     timed_out: bool = False  # no answer in time (busy or hung), as opposed to a refusal or an error
+    generated: float | None = None  # the engine's vllm:generation_tokens_total, when it tells
     models: tuple[str, ...] = ()
     cards: tuple[dict[str, Any], ...] = ()  # the engine's /v1/models entries, as it wrote them
     reason: str = ""  # why an unhealthy probe failed, in a few words, for the operator's log
@@ -73,7 +76,14 @@ class Engine:
     hung: bool = False  # taken out by probes: nothing answered at all
     down_reason: str = ""  # the last failed probe's reason while the engine is out
     down_logged_at: float = 0.0  # time.monotonic() of the last warning that it is still out
-    waiters: set[asyncio.Task[Any]] = field(default_factory=set)  # tasks awaiting this engine
+    # Taken out by the stall watch: calls and a canary went unanswered while its probes passed;
+    # only an answered canary brings it back (server/engines/stalls.py).
+    stalled: bool = False
+    probe_passed: bool = False  # the last probe's verdict, whatever the engine's state
+    canary_at: float = 0.0  # when the last canary was sent
+    generated: float = -1.0  # vllm:generation_tokens_total at the last probe; -1: never read
+    # Tasks awaiting this engine's bytes, each with the time.monotonic() it began to wait.
+    waiters: dict[asyncio.Task[Any], float] = field(default_factory=dict)
     aborted: set[asyncio.Task[Any]] = field(default_factory=set)
     real: RealWork = field(default_factory=RealWork)  # acting calls, imaginations yielding
     _key: bytes = b""
@@ -143,11 +153,15 @@ class Engine:
         """Register the current task as waiting for this engine's bytes; ``unwatch`` after."""
         task = asyncio.current_task()
         assert task is not None  # engine calls run in tasks
-        self.waiters.add(task)
+        self.waiters[task] = time.monotonic()
         return task
 
     def unwatch(self, task: asyncio.Task[Any]) -> None:
-        self.waiters.discard(task)
+        self.waiters.pop(task, None)
+
+    def longest_wait(self, now: float) -> float:
+        """Seconds the call waiting longest on this engine has waited (0 when none waits)."""
+        return now - min(self.waiters.values(), default=now)
 
     def abort_calls(self) -> int:
         """Cancel every task waiting on this engine; each sees ``take_abort`` true."""
@@ -225,16 +239,31 @@ def rehearsal_slots(spec: EngineSpec, limit: int, share: float) -> int:
 # ---- reading probe answers
 
 
-def queue_depth(exposition: str) -> float:
-    """The sum of ``vllm:num_requests_waiting`` samples in a Prometheus exposition."""
-    total = 0.0
+def _samples(exposition: str, name: str) -> list[float]:
+    """The values of every sample of the family member ``name`` in a Prometheus exposition."""
+    values = []
     for line in exposition.splitlines():
-        if line.startswith("vllm:num_requests_waiting"):
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
             try:
-                total += float(line.rsplit(" ", 1)[1])
+                values.append(float(line.rsplit(" ", 1)[1]))
             except (IndexError, ValueError):
                 continue
-    return total
+    return values
+
+
+def queue_depth(exposition: str) -> float:
+    """The sum of ``vllm:num_requests_waiting`` samples in a Prometheus exposition."""
+    return sum(_samples(exposition, "vllm:num_requests_waiting"))
+
+
+def generated_tokens(exposition: str) -> float | None:
+    """The sum of ``vllm:generation_tokens_total`` samples (None when the engine has none).
+
+    vLLM adds to it at every engine step, so a rise shows the engine generating even while
+    no answer of a long non-streamed call has come back yet.
+    """
+    values = _samples(exposition, "vllm:generation_tokens_total")
+    return sum(values) if values else None
 
 
 def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:

@@ -1,9 +1,9 @@
-"""The engine pool's health: passive ejection, active probes, and the readiness check.
+"""The engine pool's health: passive ejection, active probes, canaries, and the readiness check.
 
 ``PoolHealth`` is the half of ``EnginePool`` (``server/engines/pool.py``, whose docstring says
-how health is judged) that records failed calls and probe outcomes and runs the probe loop;
-the pool inherits it, so callers see one object. ``EnginesReady`` is the readiness check the
-lifespan registers: ready when at least one engine passed its last probe.
+how health is judged) that records failed calls, probe and canary outcomes and runs the probe
+loop; the pool inherits it, so callers see one object. ``EnginesReady`` is the readiness check
+the lifespan registers: ready when at least one engine of real work passed its last probe.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ class PoolHealth:
         """
         if engine not in self.engines:
             return
+        engine.probe_passed = probe.healthy
+        if probe.generated is not None:
+            if probe.generated > engine.generated >= 0:
+                engine.progress_at = time.monotonic()  # generating: alive, if slow to answer
+            engine.generated = probe.generated
         if probe.healthy:
             engine.probe_failures = 0
             engine.hung = False
@@ -65,26 +70,65 @@ class PoolHealth:
             engine.probe_failures += 1
             if engine.probe_failures < self.health_failures and engine.healthy:
                 return
-        if probe.healthy:
+        healthy = probe.healthy and not engine.stalled  # a stalled one waits for a canary
+        if healthy:
             if not engine.healthy:
                 log.info("engine %s is healthy", engine.name)
             engine.down_reason = ""
         else:
-            self._warn_down(engine, probe.reason)
-        if engine.healthy and not probe.healthy:
+            self._warn_down(
+                engine, probe.reason if not probe.healthy else "stalled: a canary went unanswered"
+            )
+        if engine.healthy and not healthy:
             self.metrics.engine_ejected(engine.name, "probes")
             if probe.timed_out:
                 engine.hung = True
                 aborted = engine.abort_calls()
                 if aborted:
                     log.warning("engine %s stopped answering; %d calls moved", engine.name, aborted)
-        engine.healthy = probe.healthy
+        engine.healthy = healthy
         engine.queue_depth = probe.queue_depth
         if probe.models and not engine.spec.model:
             engine.models = probe.models
         if probe.cards:
             engine.cards = probe.cards
-        self.metrics.engine_state(engine.name, healthy=probe.healthy, queue_depth=probe.queue_depth)
+        self.metrics.engine_state(engine.name, healthy=healthy, queue_depth=probe.queue_depth)
+
+    async def eject_stalled(self, engine: Engine) -> None:
+        """Take out an engine whose waiting calls and canary went unanswered; move its calls.
+
+        It stays out, whatever its probes say, until a canary is answered (``canary_answered``).
+        The calls waiting on it are aborted now: each moves to another engine while nothing
+        was sent to its client, or is answered 504.
+        """
+        if engine not in self.engines or engine.stalled:
+            return
+        engine.stalled = True
+        if engine.healthy:
+            self.metrics.engine_ejected(engine.name, "canary")
+        self.mark_unreachable(engine)
+        aborted = engine.abort_calls()
+        log.warning(
+            "engine %s answered neither its waiting calls nor a canary; %d calls moved",
+            engine.name,
+            aborted,
+        )
+        if self._waiting:
+            await self._notify_all()  # callers queued for a slot choose again, without it
+
+    async def canary_answered(self, engine: Engine) -> None:
+        """The engine answered a canary: alive; a stalled one is back once its probes pass."""
+        engine.progress_at = time.monotonic()
+        if not engine.stalled:
+            return
+        engine.stalled = False
+        if engine not in self.engines or not engine.probe_passed:
+            return  # the next passing probe brings it back
+        log.info("engine %s answered a canary; healthy", engine.name)
+        engine.healthy = True
+        self.metrics.engine_state(engine.name, healthy=True, queue_depth=engine.queue_depth)
+        if self._waiting:
+            await self._notify_all()
 
     def _warn_down(self, engine: Engine, reason: str) -> None:
         """Warn that an engine is out, naming its URL and why: when it goes (or starts) out,
@@ -134,12 +178,14 @@ class PoolHealth:
 
 @dataclass(frozen=True)
 class EnginesReady:
-    """Ready when at least one engine passed its last health check."""
+    """Ready when at least one engine of real work (one that serves acting calls) passed its
+    last health check: engines that only imagine cannot answer a request."""
 
     pool: PoolHealth
     name: str = "engines"
 
     async def check(self) -> CheckResult:
-        healthy = [e.name for e in self.pool.engines if e.healthy]
+        healthy = [e for e in self.pool.engines if e.healthy]
         total = len(self.pool.engines)
-        return CheckResult(bool(healthy), f"{len(healthy)}/{total} healthy")
+        acting = any("act" in e.roles for e in healthy)
+        return CheckResult(acting, f"{len(healthy)}/{total} healthy")

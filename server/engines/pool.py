@@ -21,6 +21,13 @@ of long imaginations makes real work wait whatever its priority. Matching an eng
 deadline (or, past ``queue_timeout``, refused ``EngineOverloaded``), and the rehearsal degrades as
 after any other engine fault: its answer still comes.
 
+**Imagination may have engines of its own** (``RGW_REHEARSAL_ENGINES``, ``serve
+--rehearsal-engine``). Engines that serve the rehearsal role only take rehearsal-role calls
+first, by the same affinity, so that a rehearsal's imaginations (a fresh chat that shares no
+prefix with the acting call, but one with each other) land together; the engines of real work
+take one only when none of those is healthy with room, and then within their share. Acting
+calls, commits and pass-through never go to them, so imagination there slows no real work.
+
 **Imagination yields to real work** (``rehearsal_yield``, ``RGW_REHEARSAL_YIELD``). Even within
 its share, an imagination runs in every decode step the real work runs in, and on a small engine
 that slows the real work (docs/benchmarks.md). With yielding on, an acting call that takes its
@@ -31,20 +38,24 @@ the prompt; the tokens it had written are lost), within its rehearsal's deadline
 that work was quiet for ``rehearsal_yield_quiet_s``. A rehearsal's own acting calls neither
 cancel nor hold back its own imaginations (``owner``; ``server/engines/yielding.py``).
 
-Health comes from two sides, and neither lies about a busy engine:
+Health comes from three sides, and none lies about a busy engine:
 
 - **passive**: ``eject_after`` consecutive failed calls (refused, timed out, broken, 5xx) take an
   engine out; any answered call resets the count;
 - **active**: a periodic probe (``/health``, ``/metrics`` for the queue depth, ``/v1/models`` for
   served names); ``health_failures`` failed probes in a row take an engine out, and a probe that
   timed out does not count while the engine delivered bytes of real traffic since the previous
-  probe — a saturated engine answers slowly, it is not dead. One passing probe brings it back.
+  probe — a saturated engine answers slowly, it is not dead. One passing probe brings it back;
+- **canaries**: an engine whose calls waited ``RGW_ENGINE_STALL_AFTER_S`` while nothing came
+  back from it gets a one-token call; unanswered, it is taken out until one is answered, whatever
+  its probes say (``server/engines/stalls.py``).
 
-An engine taken out by its probes (silent: no probe, no byte of traffic) is **hung**: the calls
-waiting on it are aborted at once (``Engine.abort_calls``) so that the caller can move them to
-another engine while nothing was sent to the client, or answer 504 — instead of waiting for a
-read timeout sized for long generations. The pool holds no HTTP client: probing is a function
-handed to ``run_health_checks``.
+An engine taken out by its probes (silent: no probe, no byte of traffic) is **hung**, and one taken
+out by a canary **stalled**: the calls waiting on it are aborted at once (``Engine.abort_calls``)
+so that the caller can move them to another engine while nothing was sent to the client, or
+answer 504 — instead of waiting for a read timeout sized for long generations. The pool holds no
+HTTP client: probing is a function handed to ``run_health_checks``, a canary one handed to the
+stall watch.
 
 An entry may be a router in front of a fleet (``router=vllm-router``,
 ``server/engines/routers.py``): the pool then treats it as one engine with no concurrency limit of
@@ -225,11 +236,13 @@ class EnginePool(PoolHealth):
 
     @property
     def keyed(self) -> bool:
-        """Whether a call's affinity key can change where it lands: more than one engine to
-        choose among, or a router that hashes the key itself. With one plain engine (the common
-        deployment) a pass-through needs none, and building it (the first two messages in
+        """Whether a call's affinity key can change where it lands: more than one engine of real
+        work to choose among, or a router that hashes the key itself. With one plain engine (the
+        common deployment) a pass-through needs none, and building it (the first two messages in
         canonical JSON, hashed) is work on every request (docs/decisions/0008)."""
         engines = self.engines
+        if len(engines) != 1:  # the engines of real work are the ones a pass-through may take
+            engines = [e for e in engines if "act" in e.roles]
         return len(engines) != 1 or engines[0].router is not None
 
     def choose(
@@ -257,6 +270,31 @@ class EnginePool(PoolHealth):
                 if pool
                 else "no other engine is left to try for this request"
             )
+        if role == "rehearse" and len(pool) > 1:
+            # Engines that serve imagination only (the rehearsal set) take it first; the engines
+            # of real work only when none of those is healthy with room, within their share.
+            own = [e for e in pool if "act" not in e.roles]
+            if own and len(own) < len(pool):
+                mine = [e for e in own if e.healthy]
+                engine = self._pick(role, own, mine, affinity, samples, candidates, owner)
+                if engine is not None:
+                    return engine
+                pool = [e for e in pool if "act" in e.roles]
+                healthy = [e for e in healthy if "act" in e.roles]
+        return self._pick(role, pool, healthy, affinity, samples, candidates, owner)
+
+    def _pick(
+        self,
+        role: Role,
+        pool: list[Engine],
+        healthy: list[Engine],
+        affinity: bytes,
+        samples: int,
+        candidates: int,
+        owner: object | None,
+    ) -> Engine | None:
+        """Of ``pool``, the preferred engine for ``affinity`` if it has room, else the least
+        loaded of the ``healthy`` with room; None when none has."""
         # One engine to choose from (the common deployment): no hash to rank it by.
         preferred = pool[0] if len(pool) == 1 else max(pool, key=lambda e: e.score(affinity))
         with_room = [e for e in healthy if self._open_to(role, e, samples, candidates, owner)]

@@ -28,6 +28,7 @@ ENV_PREFIX = "RGW_"
 # RGW_* variable, which wins over the --config file.
 FLAG_SETTINGS: dict[str, str] = {
     "--engine": "engines",
+    "--rehearsal-engine": "rehearsal_engines",
     "--alias": "aliases",
     "--discovery-interval": "discovery_interval",
     "--redis": "redis_url",
@@ -79,6 +80,13 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         metavar="URL[,name=N][,roles=act+rehearse][,model=M][,max_concurrency=C][,discover=dns]",
         help="an engine's OpenAI base URL (repeatable); with discover=dns the host stands for "
         "every address it resolves to (default http://127.0.0.1:8100/v1)",
+    )
+    parser.add_argument(
+        "--rehearsal-engine",
+        action="append",
+        metavar="URL[,name=N][,model=M][,max_concurrency=C][,discover=dns]",
+        help="an engine for imagination only (repeatable): rehearsal-role calls go to these "
+        "first, acting calls, commits and pass-through never",
     )
     parser.add_argument(
         "--discovery-interval",

@@ -1,7 +1,7 @@
 """The Kubernetes manifests of deploy/k8s render, validate and hang together without a cluster.
 
-Every kustomization (the base, each overlay, and an overlay with the optional in-flight HPA
-component) is rendered with `kubectl kustomize` and each document validated strictly against the
+Every kustomization (the base, each overlay, and an overlay with each optional component) is
+rendered with `kubectl kustomize` and each document validated strictly against the
 Kubernetes 1.37 schemas of `kubernetes_validate`; ServiceMonitor, a CRD those schemas lack, is
 checked against the subset of its schema the manifests use. What no schema sees is checked by
 cross-reference: selectors against pod labels, named ports, probe paths, the engine Service behind
@@ -38,6 +38,9 @@ OVERLAYS = RENDERINGS[1:]
 NAMESPACE = "rehearsal-gateway"
 GATEWAY = "rehearsal-gateway"
 ENGINES = "vllm-engine"
+REHEARSAL_ENGINES = "vllm-rehearsal-engine"
+# Optional components, each rendered as the multi-engine overlay with it added.
+COMPONENTS = ("in-flight-hpa", "rehearsal-engines")
 VLLM_FLAGS = (
     "--served-model-name EnvACE-Qwen3-8B",
     "--enable-auto-tool-choice",
@@ -129,14 +132,15 @@ def _kustomize(directory: Path) -> list[dict[str, Any]]:
 def render(target: str) -> tuple[dict[str, Any], ...]:
     """The documents `kubectl kustomize` makes of a kustomization under deploy/k8s.
 
-    `in-flight-hpa` is the multi-engine overlay with the optional component added, the way the
-    docs tell an operator to add it (kustomize only accepts relative paths, hence relpath).
+    A name of ``COMPONENTS`` is the multi-engine overlay with that optional component added, the
+    way the docs tell an operator to add it (kustomize only accepts relative paths, hence
+    relpath).
     """
-    if target != "in-flight-hpa":
+    if target not in COMPONENTS:
         return tuple(_kustomize(K8S / target))
     with tempfile.TemporaryDirectory() as scratch:
         overlay = os.path.relpath(K8S / "overlays" / "multi-engine", scratch)
-        component = os.path.relpath(K8S / "components" / "in-flight-hpa", scratch)
+        component = os.path.relpath(K8S / "components" / target, scratch)
         (Path(scratch) / "kustomization.yaml").write_text(
             yaml.safe_dump(
                 {
@@ -458,6 +462,33 @@ def test_engines_are_discovered_through_a_headless_service(target: str) -> None:
         _one(docs, "Deployment", ENGINES)
     ]
     assert float(env["RGW_DISCOVERY_INTERVAL"]) == 10
+
+
+def test_rehearsal_engines_component_adds_a_second_engine_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the component: a second vLLM Deployment like the main one under labels of its own, a
+    headless Service that selects it alone, and RGW_REHEARSAL_ENGINES naming that Service."""
+    docs = render("rehearsal-engines")
+    for doc in docs:
+        _validate(doc)
+    assert unmatched_services(docs) == []
+    main, own = _one(docs, "Deployment", ENGINES), _one(docs, "Deployment", REHEARSAL_ENGINES)
+    assert _container(own) == _container(main)  # the same model, flags, GPU and cache
+    env = _env(docs)
+    for key, workload in (("RGW_ENGINES", main), ("RGW_REHEARSAL_ENGINES", own)):
+        url, _, options = env[key].partition(",")
+        assert options == "discover=dns"
+        service = _one(docs, "Service", urlsplit(url).hostname or "")
+        assert service["spec"]["clusterIP"] == "None"
+        assert _selected_workloads(docs, service["spec"]["selector"]) == [workload]
+    for key in os.environ:
+        if key.startswith("RGW_"):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    (spec,) = GatewaySettings().rehearsal_engines
+    assert (spec.discover, spec.roles) == ("dns", {"rehearse"})
 
 
 @pytest.mark.parametrize("target", RENDERINGS)

@@ -7,7 +7,13 @@ import asyncio
 import pytest
 
 from rehearsal_gateway.server.engines.engine import rehearsal_slots
-from rehearsal_gateway.server.engines.pool import Engine, EnginePool, Probe, affinity_key
+from rehearsal_gateway.server.engines.pool import (
+    Engine,
+    EnginePool,
+    EnginesReady,
+    Probe,
+    affinity_key,
+)
 from rehearsal_gateway.server.errors import EngineOverloaded, EngineUnavailable, ModelNotFound
 from rehearsal_gateway.server.settings import ALL_ROLES, EngineSpec, Role
 from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
@@ -384,3 +390,65 @@ async def test_without_yielding_real_work_leaves_imaginations_alone() -> None:
         await held
     pool.release(plain, "act")
     assert engine.in_flight == 0
+
+
+def split_pool(main: int, rehearsal: int, limit: int = 2, share: float = 0.5) -> EnginePool:
+    """``main`` engines of real work and a rehearsal set of ``rehearsal`` engines."""
+    own: frozenset[Role] = frozenset(("rehearse",))
+    specs = [EngineSpec(url=f"http://m{i}:80/v1", name=f"m{i}", model="m") for i in range(main)]
+    specs += [
+        EngineSpec(url=f"http://r{i}:80/v1", name=f"r{i}", model="m", roles=own)
+        for i in range(rehearsal)
+    ]
+    pool = EnginePool.from_specs(
+        specs, GatewayMetrics(), default_concurrency=limit, aliases={}, queue_timeout=0.2,
+        rehearsal_share=share,
+    )  # fmt: skip
+    for engine in pool.engines:
+        pool.apply(engine, Probe(healthy=True))
+    return pool
+
+
+def test_rehearsal_engines_take_imagination_first_and_real_work_never() -> None:
+    """With a rehearsal set, imaginations go to it whatever their key, one rehearsal's together;
+    acting calls never do, and one engine of real work needs no key for a pass-through."""
+    pool = split_pool(main=2, rehearsal=2)
+    keys = [f"k{i}".encode() for i in range(40)]
+    imagined = {pool.choose("rehearse", "m", key, frozenset()) for key in keys}
+    acting = {pool.choose("act", "m", key, frozenset()) for key in keys}
+    assert {engine.name for engine in imagined if engine} == {"r0", "r1"}
+    assert {engine.name for engine in acting if engine} == {"m0", "m1"}
+    assert len({pool.choose("rehearse", "m", b"one", frozenset()) for _ in range(5)}) == 1
+    assert not split_pool(main=1, rehearsal=2).keyed
+
+
+async def test_rehearsal_falls_back_to_the_main_set_within_its_share() -> None:
+    """The rehearsal set full: imagination takes the main set's share, then waits for a slot of
+    its own set; the rehearsal set down: the main set's share serves it."""
+    pool = split_pool(main=1, rehearsal=1, limit=2, share=0.5)
+    main, own = pool.engines
+    held = [await pool.acquire("rehearse", "m", b"k") for _ in range(3)]
+    assert held == [own, own, main]  # the rehearsal engine's 2 slots, then 1 of the main's 2
+    waiting = asyncio.create_task(pool.acquire("rehearse", "m", b"k"))
+    await asyncio.sleep(0.02)
+    assert not waiting.done()  # the main engine's other slot is real work's
+    assert await pool.acquire("act", "m", b"k", within=0.05) is main
+    pool.release(held[0], "rehearse")
+    assert await asyncio.wait_for(waiting, 1) is own
+    pool.mark_unreachable(own)
+    assert pool.choose("act", "m", b"k", frozenset()) is None  # main is full
+    pool.release(main, "act")
+    assert pool.choose("rehearse", "m", b"k", frozenset()) is None  # main's share is taken
+    pool.release(held[2], "rehearse")
+    assert pool.choose("rehearse", "m", b"k", frozenset()) is main
+
+
+async def test_a_rehearsal_set_alone_is_not_ready() -> None:
+    """``/ready`` needs an engine of real work: the rehearsal set alone answers no request."""
+    pool = split_pool(main=1, rehearsal=1)
+    main, _ = pool.engines
+    assert (await EnginesReady(pool).check()).ok
+    pool.mark_unreachable(main)
+    result = await EnginesReady(pool).check()
+    assert not result.ok
+    assert result.detail == "1/2 healthy"

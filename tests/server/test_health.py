@@ -87,7 +87,7 @@ async def test_a_silent_engine_is_hung_and_its_waiting_calls_are_aborted() -> No
     assert outcome == ["aborted"]
     assert engine.hung
     assert not engine.healthy
-    assert engine.waiters == set()
+    assert not engine.waiters
 
 
 async def test_an_abort_does_not_swallow_another_cancellation() -> None:

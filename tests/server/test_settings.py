@@ -7,10 +7,12 @@ import pytest
 from pydantic import ValidationError
 
 from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.risk import RiskSettings
 from rehearsal_gateway.server.rehearse.defaults import (
     budget_caps,
     budget_defaults,
     planner_settings,
+    risk_policy,
     trust_settings,
 )
 from rehearsal_gateway.server.settings import MASK, EngineSpec, GatewaySettings
@@ -60,17 +62,45 @@ def test_bad_engines_are_refused(monkeypatch: pytest.MonkeyPatch, engines: str) 
         GatewaySettings()
 
 
+def test_rehearsal_engines_serve_the_rehearse_role_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RGW_REHEARSAL_ENGINES`` parses as engines do; each serves the rehearse role alone."""
+    monkeypatch.setenv("RGW_ENGINES", "http://a:1/v1,name=a")
+    monkeypatch.setenv("RGW_REHEARSAL_ENGINES", "http://r:1/v1,name=r,max_concurrency=8 http://s:2")
+    settings = GatewaySettings()
+    assert [(s.label, s.roles) for s in settings.rehearsal_engines] == [
+        ("r", {"rehearse"}),
+        ("s:2", {"rehearse"}),
+    ]
+    assert [spec.label for spec in settings.all_engines] == ["a", "r", "s:2"]
+
+
+@pytest.mark.parametrize(
+    "rehearsal",
+    [
+        pytest.param("http://r:1,roles=act", id="acting-role"),
+        pytest.param("http://a:1", id="name-of-a-main-engine"),
+    ],
+)
+def test_bad_rehearsal_engines_are_refused(monkeypatch: pytest.MonkeyPatch, rehearsal: str) -> None:
+    """A rehearsal engine that would act, or that shares a main engine's name, fails at start."""
+    monkeypatch.setenv("RGW_ENGINES", "http://a:1")
+    monkeypatch.setenv("RGW_REHEARSAL_ENGINES", rehearsal)
+    with pytest.raises(ValidationError):
+        GatewaySettings()
+
+
 def test_masked_hides_every_secret() -> None:
     """The printed settings show neither API keys nor passwords in URLs."""
     settings = GatewaySettings(
         api_keys=["sk-secret"],  # type: ignore[list-item]
         redis_url="redis://user:hunter2@redis:6379/0",  # type: ignore[arg-type]
         engines=[EngineSpec(url="http://tok:pw@engine:8000/v1")],
+        rehearsal_engines=[EngineSpec(url="http://tok:pw2@imagine:8000/v1")],
     )
     shown = orjson.dumps(settings.masked()).decode()
-    for secret in ("sk-secret", "hunter2", "pw@"):
+    for secret in ("sk-secret", "hunter2", "pw@", "pw2@"):
         assert secret not in shown
-    assert shown.count(MASK) == 3
+    assert shown.count(MASK) == 4
     assert "redis:6379" in shown
 
 
@@ -101,3 +131,20 @@ def test_rehearse_max_tokens_reaches_the_planner(monkeypatch: pytest.MonkeyPatch
     assert planner_settings(GatewaySettings()).rehearse_max_tokens == 2048
     monkeypatch.setenv("RGW_REHEARSE_MAX_TOKENS", "96")
     assert planner_settings(GatewaySettings()).rehearse_max_tokens == 96
+
+
+def test_risk_patterns_and_tenant_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patterns in written order; a tenant's before the gateway's, its imagine_reads its own."""
+    monkeypatch.setenv("RGW_RISK_PATTERNS", "get_*=read_only, cancel_*=destructive")
+    monkeypatch.setenv("RGW_RISK_IMAGINE_READS", "true")
+    overrides = {"t_a": {"patterns": {"get_secret": "write"}, "imagine_reads": False},
+                 "t_b": {}}  # fmt: skip
+    monkeypatch.setenv("RGW_RISK_OVERRIDES", orjson.dumps(overrides).decode())
+    policy = risk_policy(GatewaySettings())
+    gateway = (("get_*", "read_only"), ("cancel_*", "destructive"))
+    assert policy.default == RiskSettings(gateway, imagine_reads=True)
+    assert policy.for_tenant("t_a") == RiskSettings((("get_secret", "write"), *gateway), False)
+    assert policy.for_tenant("t_b") == policy.default
+    monkeypatch.setenv("RGW_RISK_PATTERNS", '{"*": "harmless"}')
+    with pytest.raises(ValidationError):
+        GatewaySettings()

@@ -13,6 +13,8 @@ The gateway is pointed at the proxy as if it were the engine; the proxy forwards
 ``stall``   forward ``cut_after`` answer bytes, then go silent, connection held open
 ``slow``    forward the answer one small piece at a time (``drip_bytes`` per ``drip_s``)
 ``reset``   read the request, then reset the connection (RST) before any answer byte
+``swallow``  forward the probes (``GET /health``, ``/metrics``, ``/v1/models``), read every other
+            request and never answer it: an engine wedged behind a live API server
 ``busy``    forward, but hold every probe (``GET /health``, ``/metrics``, ``/v1/models``) for
             ``probe_delay_s`` first: a saturated engine whose API server answers probes late
 ==========  ===================================================================================
@@ -41,6 +43,7 @@ from tests.support.procs import free_port
 
 FAULTS = (
     "pass", "refuse", "hang", "5xx", "malformed", "truncate", "stall", "slow", "reset", "busy",
+    "swallow",
 )  # fmt: skip
 PROBES = (b"GET /health ", b"GET /metrics ", b"GET /v1/models ")
 HEAD_END = b"\r\n\r\n"
@@ -183,7 +186,7 @@ class ChaosProxy:
                     _abort(writer)
                     return
                 fault = self.fault
-                if fault == "hang":
+                if fault == "hang" or (fault == "swallow" and not request.startswith(PROBES)):
                     await asyncio.Event().wait()
                 if fault == "reset":
                     _abort(writer)

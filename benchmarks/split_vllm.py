@@ -1,0 +1,161 @@
+"""Imagination on engines of its own, on real vLLM: plain latency under rehearsal load, shared
+against split.
+
+Starts two real vLLM engines (CPU build, the tiny random Qwen3 of ``make vllm-env``), each pinned
+to one core (``taskset -c`` and vLLM's own ``VLLM_CPU_OMP_THREADS_BIND``), with
+``--max-num-seqs`` small enough that rehearsal traffic queues, and two gateways in front of both:
+
+- **shared**: both engines in the main set; each serves both roles, rehearsal held to
+  ``--share`` of its ``--max-num-seqs`` slots (``RGW_REHEARSAL_ENGINE_SHARE``);
+- **split**: engine 0 the main set, engine 1 the rehearsal set (``--rehearsal-engine``).
+
+Each round measures plain pass-through requests sent one at a time (``max_tokens`` 16): alone
+through each gateway, then while ``--load`` clients keep parallel K=4 rehearsals in flight through
+the same gateway (``benchmarks/rehearsal_vllm.py``'s requests). It prints, per gateway, plain
+p50 and p99 as a multiple of that gateway's own alone figure, and the load's rehearsals: how
+many ran, their median wall time, how many degraded.
+
+    python -m benchmarks.split_vllm [--rounds 2] [--plain 24] [--load 4] [--cores 0,1]
+
+The two engines need a core each and the gateways, clients and the machine's other work share
+whatever is left, so run it on an otherwise quiet host with at least three cores; on a busy one
+read the ratios within the run, not the milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.rehearsal_vllm import plain_latencies, under_load  # noqa: E402
+from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
+from tests.support.vllm import (  # noqa: E402
+    START_TIMEOUT_S,
+    VLLM_ENV,
+    check_vllm_env,
+    vllm_argv,
+)
+
+SETUPS = ("shared", "split")
+
+
+def start_engine(core: str, workdir: Path, args: argparse.Namespace) -> Proc:
+    """One vLLM on ``core`` alone."""
+    check_vllm_env()
+    port = free_port()
+    flags = ["--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len)]
+    return start_http_server(
+        ["taskset", "-c", core, *vllm_argv(port, *flags)],
+        port=port,
+        log_path=workdir / f"vllm-core{core}.log",
+        env={**VLLM_ENV, "VLLM_CPU_OMP_THREADS_BIND": core},
+        timeout=START_TIMEOUT_S,
+    )
+
+
+def start_gateway(setup: str, engines: list[Proc], workdir: Path, args: argparse.Namespace) -> Proc:
+    main, other = (engine.url + "/v1" for engine in engines)
+    flags = ["--engine", main, "--engine" if setup == "shared" else "--rehearsal-engine", other]
+    port = free_port()
+    env = {
+        "RGW_REHEARSAL_ENGINE_SHARE": str(args.share),
+        "RGW_ENGINE_MAX_CONCURRENCY": str(args.max_num_seqs),
+    }
+    return start_http_server(
+        cli_argv("serve", "--port", str(port), *flags, "--log-level", "warning"),
+        port=port, log_path=workdir / f"gateway-{setup}.log", env=env,
+    )  # fmt: skip
+
+
+def quantile(values: list[float], q: int) -> float:
+    """The ``q``-th percentile (the largest value when there are too few for it)."""
+    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+
+
+async def measure(gateways: dict[str, Proc], engine: Proc, args: argparse.Namespace) -> Any:
+    alone: dict[str, list[float]] = {setup: [] for setup in SETUPS}
+    loaded: dict[str, list[float]] = {setup: [] for setup in SETUPS}
+    load: dict[str, list[Any]] = {setup: [] for setup in SETUPS}
+    for round_ in range(args.rounds):
+        seed = 7000 + 100 * round_
+        order = SETUPS if round_ % 2 == 0 else SETUPS[::-1]
+        for setup in order:
+            alone[setup] += (await plain_latencies(gateways[setup].url, args.plain, seed, engine))[
+                0
+            ]
+        for setup in order:
+            times, _, rehearsals = await under_load(
+                gateways[setup].url, args.plain, args.load, seed, engine
+            )
+            loaded[setup] += times
+            load[setup] += rehearsals
+    figures = {}
+    for setup in SETUPS:
+        base_p50, base_p99 = statistics.median(alone[setup]), quantile(alone[setup], 99)
+        p50, p99 = statistics.median(loaded[setup]), quantile(loaded[setup], 99)
+        walls = [wall for wall, _ in load[setup]]
+        figures[setup] = {
+            "alone_p50_ms": base_p50 * 1000, "alone_p99_ms": base_p99 * 1000,
+            "loaded_p50_ms": p50 * 1000, "loaded_p99_ms": p99 * 1000,
+            "p50_vs_alone": p50 / base_p50, "p99_vs_alone": p99 / base_p99,
+            "plain": len(loaded[setup]), "rehearsals": len(walls),
+            "rehearsal_p50_s": statistics.median(walls) if walls else 0.0,
+            "degraded": sum(degraded for _, degraded in load[setup]),
+        }  # fmt: skip
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--plain", type=int, default=24, help="plain requests per phase and round")
+    parser.add_argument("--load", type=int, default=4, help="concurrent rehearsal clients")
+    parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--share", type=float, default=0.5)
+    parser.add_argument("--cores", default="0,1", help="the two engines' cores")
+    parser.add_argument("--json", help="also write the figures as JSON to this path")
+    args = parser.parse_args(argv)
+    cores = args.cores.split(",")
+    with tempfile.TemporaryDirectory(prefix="rgw-split-vllm-") as tmp:
+        workdir = Path(tmp)
+        engines: list[Proc] = []
+        gateways: dict[str, Proc] = {}
+        try:
+            for core in cores:
+                engines.append(start_engine(core, workdir, args))
+            for setup in SETUPS:
+                gateways[setup] = start_gateway(setup, engines, workdir, args)
+            figures = asyncio.run(measure(gateways, engines[0], args))
+        finally:
+            for proc in [*gateways.values(), *engines]:
+                proc.stop()
+    print(f"real vLLM x2 (CPU build, tiny random Qwen3, one core each: {args.cores}; "
+          f"--max-num-seqs {args.max_num_seqs}; rehearsal share {args.share:g}); "
+          f"{args.load} clients of parallel K=4 rehearsals; {args.rounds} rounds")  # fmt: skip
+    print("\n| engines | plain alone p50 / p99 ms | under load p50 / p99 ms | p50 × alone "
+          "| p99 × alone | load: rehearsals, p50 wall s, degraded |\n"
+          "|---|---:|---:|---:|---:|---:|")  # fmt: skip
+    for setup, row in figures.items():
+        print(f"| {setup} | {row['alone_p50_ms']:.0f} / {row['alone_p99_ms']:.0f} "
+              f"| {row['loaded_p50_ms']:.0f} / {row['loaded_p99_ms']:.0f} "
+              f"| {row['p50_vs_alone']:.2f} | {row['p99_vs_alone']:.2f} "
+              f"| {row['rehearsals']}, {row['rehearsal_p50_s']:.1f}, "
+              f"{row['degraded']} |")  # fmt: skip
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
