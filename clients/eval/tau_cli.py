@@ -21,13 +21,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain", default="retail", help="tau2 suite: airline, retail or telecom")
     p.add_argument("--solo", action="store_true", help="tau2 telecom: the agent alone, a ticket")
     p.add_argument("--trials", type=int, metavar="K",
-                   help="run each task K times (seeds 0..K-1): pass^1..pass^K")  # fmt: skip
+                   help="run each task K times (seeds 0..K-1): pass^1..pass^K "
+                   "(default: once per --seeds)")  # fmt: skip
     p.add_argument("--user-url", metavar="URL", help="the simulated user's OpenAI-compatible "
                    "endpoint (default: the agent's gateway, rehearsal off)")  # fmt: skip
     p.add_argument(
         "--user-model", help="the simulated user's model (default: the endpoint's first)"
     )
-    p.add_argument("--user-api-key", help="the user endpoint's API key")
+    p.add_argument("--user-api-key", help="the user endpoint's API key (default: none)")
 
 
 def trial_seeds(args: argparse.Namespace, seeds: list[int]) -> list[int]:

@@ -86,7 +86,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="URL[,name=N][,model=M][,max_concurrency=C][,discover=dns]",
         help="an engine for imagination only (repeatable): rehearsal-role calls go to these "
-        "first, acting calls, commits and pass-through never",
+        "first, acting calls, commits and pass-through never (default: none)",
     )
     parser.add_argument(
         "--discovery-interval",
