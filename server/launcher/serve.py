@@ -1,10 +1,12 @@
 """``rehearsal-gateway serve``: run the gateway with uvicorn.
 
-Flags become ``RGW_*`` variables, so flags, environment and worker processes all read one
-``GatewaySettings``. The settings are logged at start as one JSON line, every secret masked. With
-``--workers N`` (N > 1) uvicorn starts N processes that each build the app from the environment,
-and Prometheus metrics switch to multiprocess mode in a shared directory. Every log record is
-written to stderr as one JSON line (``server/telemetry/logs.py``), in each worker.
+Flags become ``RGW_*`` variables and ``--config FILE`` becomes ``RGW_CONFIG``, so flags,
+environment, the config file and worker processes all read one ``GatewaySettings``, checked as a
+whole before anything starts (``server/launcher/sources.py``). The settings are logged at start
+as one JSON line, every secret masked. With ``--workers N`` (N > 1) uvicorn starts N processes
+that each build the app from the environment, and Prometheus metrics switch to multiprocess mode
+in a shared directory. Every log record is written to stderr as one JSON line
+(``server/telemetry/logs.py``), in each worker.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="URL[,name=N][,model=M][,max_concurrency=C][,discover=dns]",
         help="an engine for imagination only (repeatable): rehearsal-role calls go to these "
-        "first, acting calls, commits and pass-through never",
+        "first, acting calls, commits and pass-through never (default: none)",
     )
     parser.add_argument(
         "--discovery-interval",

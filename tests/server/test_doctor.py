@@ -6,7 +6,10 @@ import os
 import subprocess
 from collections.abc import Callable
 
+import pytest
+
 from tests.support.procs import ROOT, Proc, cli_argv, free_port
+from tests.support.vllm import MAX_MODEL_LEN, SERVED_MODEL_NAME
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -67,3 +70,13 @@ def test_refused_settings_exit_2() -> None:
     done = _doctor("--rehearsal-budget", "50")
     assert done.returncode == 2
     assert done.stdout.startswith("FAIL  settings: --rehearsal-budget=50: the default budget")
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(300)
+def test_a_real_vllm_engine_tells_its_models_and_prefix_caching(vllm_engine: Proc) -> None:
+    """Against real vLLM: the served model with its max_model_len, and prefix caching on."""
+    done = _doctor("--engine", vllm_engine.url + "/v1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"serves {SERVED_MODEL_NAME} (max_model_len {MAX_MODEL_LEN})" in done.stdout
+    assert "prefix caching on" in done.stdout
