@@ -273,7 +273,7 @@ def test_generation_tokens_are_read_from_the_exposition() -> None:
 # other bound the gateway has is longer.
 STALLS = {
     "RGW_ENGINE_STALL_AFTER_S": "1",
-    "RGW_ENGINE_CANARY_TIMEOUT_S": "1",
+    "RGW_ENGINE_CANARY_TIMEOUT_S": "3",
     "RGW_FIRST_BYTE_TIMEOUT": "60",
     "RGW_REQUEST_TIMEOUT": "600",
 }
