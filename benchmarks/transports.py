@@ -3,13 +3,14 @@
 All against one engine twin with ``--latency zero`` (the engine costs no wall time, so CPU is the
 client's or the gateway's own):
 
-- ``aiohttp``: ``AiohttpTransport`` (aiohttp's pool and parser), what ships
-  (``server/engines/transports.py``);
+- ``wire``: ``WireTransport`` (asyncio's sockets and httptools' parser), the default
+  (``server/engines/wire.py``);
+- ``aiohttp``: ``AiohttpTransport`` (aiohttp's pool and parser), the other one the gateway ships
+  (``server/engines/transports.py``, ``RGW_ENGINE_TRANSPORT=aiohttp``);
 - ``httpx``: ``HttpxTransport`` (below), httpx's client on its own transport (httpcore).
 
-Each through the engine-transport seam (``server/engines/transport.py``), as the gateway calls it.
-The hand-written transport these were measured against is gone; its figures, from the same
-benchmark, are in docs/decisions/0001-engine-client-transport.md and 0102-engine-transport.md.
+Each through the engine-transport seam (``server/engines/transport.py``), as the gateway calls it
+(figures: docs/decisions/0104-wire-behind-the-seam.md).
 
 ``clients`` measures the client stack alone, in this process (no gateway): the same chat
 request ``--requests`` times, ``--concurrency`` at a time, with each transport and with a bare
@@ -18,7 +19,7 @@ milliseconds per request; ``--body agent`` sends the realistic agent body of
 ``benchmarks/bodies.py`` instead, and ``--with pyreqwest`` adds a compiled client (Rust's
 reqwest under asyncio, not a dependency) when it is installed. ``serve`` runs a gateway with
 one of the transports; it is what ``python -m benchmarks.gateway_cpu --transports
-aiohttp,httpx`` starts to measure whole gateways.
+wire,aiohttp,httpx`` starts to measure whole gateways.
 
     python -m benchmarks.transports clients [--requests 400] [--rounds 3] [--concurrency 8]
                                             [--body world|small|agent] [--with pyreqwest]
@@ -51,10 +52,11 @@ from rehearsal_gateway.server.engines.transport import (  # noqa: E402
     EngineTransport,
 )
 from rehearsal_gateway.server.engines.transports import AiohttpTransport  # noqa: E402
+from rehearsal_gateway.server.engines.wire import WireTransport  # noqa: E402
 from rehearsal_gateway.twin.worlds import load_world  # noqa: E402
 from tests.support.procs import cli_argv, free_port, start_http_server  # noqa: E402
 
-TRANSPORTS = ("aiohttp", "httpx")
+TRANSPORTS = ("wire", "aiohttp", "httpx")
 
 
 class HttpxResponse:
@@ -129,6 +131,8 @@ class HttpxTransport:
 
 def transport(name: str, connections: int = 64) -> EngineTransport:
     """The engine transport called ``name``."""
+    if name == "wire":
+        return WireTransport(sockets=connections)
     if name == "aiohttp":
         return AiohttpTransport(sockets=connections)
     if name == "httpx":
@@ -247,12 +251,12 @@ def clients(args: argparse.Namespace) -> int:
     shape = f"{args.requests} requests x {args.rounds} rounds, concurrency {args.concurrency}"
     what = "retail world request" if args.body == "world" else f"{args.body} body"
     print(f"client CPU per engine request ({what}, {shape}, twin latency zero)")
-    shipped = statistics.median(spent["aiohttp"])
+    shipped = statistics.median(spent["wire"])
     for name, values in spent.items():
         shown = ", ".join(f"{v:.3f}" for v in values)
         median = statistics.median(values)
         ratio = median / shipped
-        print(f"  {name:<13} median {median:.3f} ms  x{ratio:.2f} of aiohttp  ({shown})")
+        print(f"  {name:<13} median {median:.3f} ms  x{ratio:.2f} of wire  ({shown})")
     return 0
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from rehearsal_gateway.twin.worlds import Task, World, WorldTool
 
+from . import vetoes
 from .client import AsyncRehearsalClient, Rehearsal, summary
 
 
@@ -61,6 +62,8 @@ class Episode:
     rehearsal_ids: list[str] = field(default_factory=list)
     vetoes: int = 0
     degraded: Counter[str] = field(default_factory=Counter)
+    # Every call run for real, in order: (tool, canonical "name arguments" signature, failed).
+    calls: list[tuple[str, str, bool]] = field(default_factory=list)
 
 
 def assistant_message(message: Any) -> dict[str, Any]:
@@ -90,6 +93,16 @@ def run_call(world: World, state: Any, call: Any) -> Any:
     return world.call(state, name, arguments)
 
 
+def _signature(call: Any) -> str:
+    """``name + " " + canonical JSON arguments`` (docs/formats.md), the raw text if not JSON."""
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+    except ValueError:
+        return f"{call.function.name} {call.function.arguments}"
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return f"{call.function.name} {canonical}"
+
+
 def _record(episode: Episode, completion: Any) -> None:
     """Fold one response's rehearsal summary and usage into the episode."""
     rehearsed = summary(completion)
@@ -101,7 +114,7 @@ def _record(episode: Episode, completion: Any) -> None:
     episode.rehearsal_ids.append(rehearsed.id)
     # The acting phase is what an unrehearsed call costs too; rehearsal is what comes on top.
     episode.rehearsal_ms += rehearsed.latency_ms.rehearse + rehearsed.latency_ms.commit
-    episode.vetoes += rehearsed.vetoes
+    episode.vetoes += sum(vetoes.from_summary(rehearsed).values())
     if rehearsed.degraded is not None:
         episode.degraded[rehearsed.degraded] += 1
     for role, counts in rehearsed.tokens.items():
@@ -178,6 +191,8 @@ class ExampleAgent:
         result = run_call(self.world, state, call)
         episode.real_call_ms += (time.perf_counter() - began) * 1000
         episode.real_calls += 1
-        if isinstance(result, dict) and "error" in result:
+        failed = isinstance(result, dict) and "error" in result
+        if failed:
             episode.tool_errors += 1
+        episode.calls.append((call.function.name, _signature(call), failed))
         return {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)}

@@ -16,6 +16,8 @@ import json
 import sys
 from typing import Any
 
+from rehearsal_gateway.rehearsal.budget import COMMIT_RULES, MODES
+
 from .trace import (
     gateway_options,
     open_client,
@@ -30,21 +32,43 @@ def register(subparsers: Any) -> None:
         "chat",
         help="send a prompt (or an interactive session) through the gateway with rehearsal",
         description="Chat through the gateway; shows the committed call and the rehearsal.",
+        epilog="examples:\n"
+        '  rehearsal-gateway chat --world retail "Where is order W1001?"\n'
+        "  rehearsal-gateway chat --world retail --show-trace --no-execute "
+        '"Cancel order W1002, I no longer need it."',
     )
-    parser.add_argument("prompt", nargs="?", help="one prompt; omit for an interactive session")
-    parser.add_argument("--world", choices=["airline", "retail", "bank"], help="offer its tools")
-    parser.add_argument("--model", default="EnvACE-Qwen3-8B")
-    parser.add_argument("--mode", default="parallel", choices=["off", "parallel", "sequential"])
-    parser.add_argument("--budget", type=int, help="K imagined trajectories")
-    parser.add_argument("--depth", type=int, help="imagined steps per trajectory")
-    parser.add_argument("--commit", choices=["anchored", "reflect", "select"])
-    parser.add_argument("--deadline-ms", type=int)
-    parser.add_argument("--seed", type=int)
+    parser.add_argument(
+        "prompt", nargs="?", help="one prompt (default: an interactive session, read from stdin)"
+    )
+    parser.add_argument(
+        "--world",
+        choices=["airline", "retail", "bank"],
+        help="offer that world's tools and run each committed call on it (default: no tools)",
+    )
+    parser.add_argument("--model", default="EnvACE-Qwen3-8B", help="the model to ask for")
+    parser.add_argument("--mode", default="parallel", choices=MODES, help="the rehearsal mode")
+    parser.add_argument(
+        "--budget", type=int, help="K imagined trajectories (default: the gateway's)"
+    )
+    parser.add_argument(
+        "--depth", type=int, help="imagined steps per trajectory (default: the gateway's)"
+    )
+    parser.add_argument(
+        "--commit", choices=COMMIT_RULES, help="commit rule (default: the gateway's)"
+    )
+    parser.add_argument(
+        "--deadline-ms", type=int, help="rehearsal deadline in ms (default: the gateway's)"
+    )
+    parser.add_argument(
+        "--seed", type=int, help="sampling seed, for a reproducible answer (default: none)"
+    )
     parser.add_argument("--show-trace", action="store_true", help="print imagined trajectories")
     parser.add_argument(
         "--no-execute", action="store_true", help="stop at the first committed call"
     )
-    parser.add_argument("--max-turns", type=int, default=8)
+    parser.add_argument(
+        "--max-turns", type=int, default=8, help="committed calls to follow per prompt"
+    )
     gateway_options(parser)
     parser.set_defaults(func=run)
 
@@ -64,6 +88,7 @@ def _knobs(args: argparse.Namespace) -> Any:
 
 def _describe(completion: Any, show_trace: bool) -> list[str]:
     """What one committed turn and its rehearsal look like on the terminal."""
+    from . import vetoes
     from .client import summary
 
     message = completion.choices[0].message
@@ -79,7 +104,8 @@ def _describe(completion: Any, show_trace: bool) -> list[str]:
     lines.append(
         f"rehearsal {rehearsed.id}: {rehearsed.mode} K={rehearsed.budget} "
         f"d={rehearsed.depth} {rehearsed.commit}; {rehearsed.trajectories} trajectories, "
-        f"{rehearsed.distinct_actions} distinct actions, {rehearsed.vetoes} vetoes, "
+        f"{rehearsed.distinct_actions} distinct actions, "
+        f"vetoes {vetoes.render(vetoes.from_summary(rehearsed))}, "
         f"early exit {rehearsed.early_exit}, degraded {rehearsed.degraded or 'no'}, "
         f"{rehearsed.latency_ms.total:.0f} ms"
     )

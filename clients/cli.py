@@ -18,6 +18,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "rehearsal_gateway.twin.cli",
     "rehearsal_gateway.server.launcher.serve",
     "rehearsal_gateway.server.launcher.up",
+    "rehearsal_gateway.server.launcher.config",
+    "rehearsal_gateway.server.launcher.doctor",
     "rehearsal_gateway.clients.top",
     "rehearsal_gateway.clients.demo",
     "rehearsal_gateway.clients.chat",
@@ -26,20 +28,65 @@ SUBCOMMANDS: tuple[str, ...] = (
 )
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Examples keep their lines, and every option's help ends with its default.
+
+    A default already in the help text (``default 8000``, ``default: the gateway's``) is not
+    repeated; flags that only switch something on need none.
+    """
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:  # an epilog of examples: one command a line, as written
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default is None or default is False or default == []:
+            return text
+        if default == argparse.SUPPRESS:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def gateway_version() -> str:
+    """The installed gateway's version (``0+unknown`` in a checkout that was never installed)."""
+    from rehearsal_gateway import __version__
+
+    return __version__
+
+
+EXAMPLES = """first steps (docs/quickstart.md):
+  rehearsal-gateway twin --port 8100 --world retail       # a simulated engine, no GPU
+  rehearsal-gateway serve --engine http://127.0.0.1:8100/v1 --port 8000
+  rehearsal-gateway chat --world retail "Where is order W1001?"
+  rehearsal-gateway doctor --engine http://127.0.0.1:8100/v1   # is everything set up right?
+every command has its own --help, with an example"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rehearsal-gateway",
         description="OpenAI-compatible gateway that rehearses tool calls before committing one.",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {gateway_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMANDS:
         importlib.import_module(module_name).register(subparsers)
+    for sub in subparsers.choices.values():
+        sub.formatter_class = HelpFormatter
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # a bare command: what there is to run, and how to start
+        parser.print_help()
+        return 0
     try:
         code: int = args.func(args)
     except BrokenPipeError:

@@ -49,6 +49,9 @@ class Rehearsal:
     early_exit: bool | None = None
     trace: bool | None = None
     repair: bool | None = None
+    # Tool name -> risk class (read_only | write | destructive | unknown), over every other source.
+    risk: dict[str, str] | None = None
+    confirm: bool | None = None  # ask the user before a destructive call rehearsal doubts
 
     def to_body(self) -> dict[str, Any]:
         return {name: value for name, value in asdict(self).items() if value is not None}
@@ -84,6 +87,9 @@ class RehearsalSummary(BaseModel):
     commit_path: str | None = None  # which decision path committed the turn
     commit_check: str | None = None  # ok | schema_invalid | unchecked
     committed_rehearsed: bool | None = None
+    committed_risk: list[str] = Field(default_factory=list)  # each committed call's risk class
+    # Under ``confirm``: the calls held back while the answer asks the user (else None).
+    held_for_confirmation: list[dict[str, Any]] | None = None
     trust: dict[str, str] = Field(default_factory=dict)  # tool -> trust policy
     engine_calls: int = 0
     degraded: str | None = None
@@ -151,12 +157,23 @@ def translate(exc: openai.OpenAIError) -> GatewayError:
     return GatewayError(str(exc))
 
 
+MISSING_KEY = (
+    "missing API key: the gateway requires one and this client has none "
+    "(the CLI takes --api-key or RGW_API_KEY)"
+)
+
+
 @contextmanager
-def _translated() -> Iterator[None]:
+def _translated(key_given: bool = True) -> Iterator[None]:
     try:
         yield
     except openai.OpenAIError as exc:
-        raise translate(exc) from exc
+        error = translate(exc)
+        if isinstance(error, AuthenticationFailed) and not key_given:
+            # The SDK sends a placeholder key when it has none: the gateway can only say
+            # "invalid", but the client knows the key is missing.
+            error = AuthenticationFailed(MISSING_KEY, status=error.status)
+        raise error from exc
 
 
 def request_kwargs(
@@ -197,17 +214,18 @@ class RehearsalClient:
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 120.0):
         self.openai = openai.OpenAI(**_sdk_options(base_url, api_key, timeout))
+        self.key_given = bool(api_key)
 
     def create(
         self, *, rehearsal: Rehearsal | Mapping[str, Any] | None = None, **kwargs: Any
     ) -> Any:
         """``chat.completions.create`` with rehearsal knobs; streams when ``stream=True``."""
-        with _translated():
+        with _translated(self.key_given):
             return self.openai.chat.completions.create(**request_kwargs(rehearsal, kwargs))
 
     def trace(self, rehearsal_id: str) -> dict[str, Any]:
         """The stored trace of one rehearsal."""
-        with _translated():
+        with _translated(self.key_given):
             response = self.openai.get(_trace_path(rehearsal_id), cast_to=httpx.Response)
         trace: dict[str, Any] = response.json()
         return trace
@@ -221,17 +239,18 @@ class AsyncRehearsalClient:
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 120.0):
         self.openai = openai.AsyncOpenAI(**_sdk_options(base_url, api_key, timeout))
+        self.key_given = bool(api_key)
 
     async def create(
         self, *, rehearsal: Rehearsal | Mapping[str, Any] | None = None, **kwargs: Any
     ) -> Any:
         """``chat.completions.create`` with rehearsal knobs; streams when ``stream=True``."""
-        with _translated():
+        with _translated(self.key_given):
             return await self.openai.chat.completions.create(**request_kwargs(rehearsal, kwargs))
 
     async def trace(self, rehearsal_id: str) -> dict[str, Any]:
         """The stored trace of one rehearsal."""
-        with _translated():
+        with _translated(self.key_given):
             response = await self.openai.get(_trace_path(rehearsal_id), cast_to=httpx.Response)
         trace: dict[str, Any] = response.json()
         return trace

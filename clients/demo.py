@@ -28,10 +28,10 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from rehearsal_gateway.server.launcher.processes import free_ports
+from rehearsal_gateway.rehearsal.budget import COMMIT_RULES
 
 from . import stack
-from .stack import Child, spawn, store_settings, wait_ready
+from .stack import Child, add_port_options, chosen_ports, spawn, store_settings, wait_ready
 
 DEMO_KEYS = {"off": "demo-off-key", "parallel": "demo-parallel-key", "sequential": "demo-seq-key"}
 MODEL = "EnvACE-Qwen3-8B"
@@ -44,6 +44,8 @@ def register(subparsers: Any) -> None:
         "demo",
         help="run twin + gateway + example agent: rehearsal off vs parallel vs sequential",
         description="Start an engine twin and the gateway, run the example agent, print a table.",
+        epilog="examples:\n  rehearsal-gateway demo --short\n"
+        "  rehearsal-gateway demo --seed 3 --worlds airline --tasks 6 --json out.json",
     )
     parser.add_argument(
         "--worlds", default="retail,bank", help="comma-separated: airline, retail, bank"
@@ -53,20 +55,25 @@ def register(subparsers: Any) -> None:
         "--short", action="store_true", help=f"{SHORT_TASKS} tasks of {SHORT_WORLD} only (tests)"
     )
     parser.add_argument("--budget", type=int, default=4, help="K for the rehearsed runs")
-    parser.add_argument("--commit", default="anchored", choices=["anchored", "select", "reflect"])
+    parser.add_argument(
+        "--commit", default="anchored", choices=COMMIT_RULES, help="the rehearsed runs' rule"
+    )
     parser.add_argument("--skill", type=float, default=0.5, help="the twin's policy accuracy")
     parser.add_argument("--fidelity", type=float, default=0.95, help="the twin's imagination")
     parser.add_argument("--latency-scale", type=float, default=0.05, help="scales the h100 profile")
     parser.add_argument("--tool-scale", type=float, default=0.5, help="scales real tool latency")
     parser.add_argument("--max-turns", type=int, default=6, help="the agent's turn limit per task")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=7, help="the run's seed (outcomes repeat)")
     parser.add_argument(
         "--redis",
         default="auto",
         metavar="URL|auto|none",
         help="the gateway's store: auto = Redis on 127.0.0.1:6379 if it answers, else in-process",
     )
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results as JSON (default: no file)"
+    )
+    add_port_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -229,7 +236,7 @@ def _start_stack(
     children: list[Child], workdir: Path, args: argparse.Namespace, store: dict[str, str]
 ) -> str:
     """Start the twin and the gateway; the gateway's base URL once both answer."""
-    twin_port, gateway_port = free_ports(2)
+    twin_port, gateway_port = chosen_ports(args)
     cli = [sys.executable, "-m", "rehearsal_gateway.clients.cli"]
     worlds = _worlds(args)
     twin = spawn(children, "twin", [

@@ -8,6 +8,7 @@ or the in-process store when no Redis answers.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from rehearsal_gateway.server.launcher.processes import stop_process_groups
+from rehearsal_gateway.server.launcher.processes import free_ports, stop_process_groups
 
 STOP_GRACE_S = 5.0  # how long each child gets to stop before it is killed
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -68,6 +69,22 @@ def spawn(
     child = Child(name, popen, log)
     started.append(child)
     return child
+
+
+def add_port_options(parser: argparse.ArgumentParser) -> None:
+    """``--port`` and ``--twin-port`` of a command that starts its own gateway and twin."""
+    parser.add_argument(
+        "--port", type=int, default=0, help="the gateway's port (default: a free one)"
+    )
+    parser.add_argument(
+        "--twin-port", type=int, default=0, help="the engine twin's port (default: a free one)"
+    )
+
+
+def chosen_ports(args: argparse.Namespace) -> tuple[int, int]:
+    """(twin, gateway) ports: the ones asked for, free ones for the rest."""
+    twin, gateway = free_ports(2)
+    return args.twin_port or twin, args.port or gateway
 
 
 def wait_ready(child: Child, url: str, timeout: float = 30.0) -> None:

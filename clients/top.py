@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -24,21 +25,24 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from . import vetoes
+
 if TYPE_CHECKING:
     # httpx and prometheus_client are imported where they are used: they are most of this
     # module's import time, and the CLI imports every subcommand's module to build its parser.
     import httpx
 
 PREFIX = "rehearsal_gateway_"
+DEFAULT_URL = "http://127.0.0.1:8000"  # as the other client commands (clients/trace.py)
 TOKEN_KINDS = ("prompt", "completion", "cached")
 # (row label, histogram name without prefix) for the latency table, in display order.
 LATENCIES = (
     ("rehearsal", "rehearsal_duration_seconds"),
     ("real tool call", "real_tool_call_seconds"),
-    ("imagined observation", "imagined_observation_seconds"),
+    ("imagined result", "imagined_observation_seconds"),
     ("commit", "commit_duration_seconds"),
     ("request", "request_duration_seconds"),
-    ("gateway overhead", "overhead_seconds"),
+    ("overhead", "overhead_seconds"),
 )
 
 Labels = Mapping[str, str]
@@ -130,7 +134,7 @@ class TopFrame:
     latencies: tuple[LatencyRow, ...]
     fidelity_mean: float | None
     fidelity_count: float
-    vetoes: dict[str, float]
+    vetoes: dict[str, int]  # by kind (clients/vetoes.py)
     early_exits: float
     degraded: dict[str, float]
     store_errors: float
@@ -185,7 +189,7 @@ def build_frame(
         ),
         fidelity_mean=current.total("fidelity_sum") / fidelity_count if fidelity_count else None,
         fidelity_count=fidelity_count,
-        vetoes=current.by_label("vetoes_total", "code"),
+        vetoes=vetoes.from_samples(current.samples("vetoes_total")),
         early_exits=current.total("early_exits_total"),
         degraded=current.by_label("degraded_total", "reason"),
         store_errors=current.total("store_errors_total"),
@@ -236,27 +240,41 @@ def render(frame: TopFrame, interval_s: float) -> RenderableType:
     """The whole view for one frame."""
     header = Text.assemble(
         ("rehearsal-gateway top", "bold"),
-        f"  {frame.url}  refresh {interval_s:g}s  quantiles since gateway start",
+        f"  {frame.url}  every {interval_s:g}s, quantiles since start",
     )
     rate = "—" if frame.requests_per_s is None else f"{frame.requests_per_s:.1f}"
     traffic = Text(
         f"requests/s {rate}   in flight {format_count(frame.in_flight)}   "
         f"requests {format_count(frame.requests)} ({_breakdown(frame.outcomes)})"
     )
+    # Two panes side by side, twice: the whole view fits an 80 x 24 terminal.
     return Group(
         header,
         traffic,
-        _latency_table(frame),
-        _rehearsal_table(frame),
-        _tokens_table(frame),
-        _engines_table(frame),
+        _side_by_side(_latency_table(frame), _rehearsal_table(frame)),
+        _side_by_side(_tokens_table(frame), _engines_table(frame)),
     )
+
+
+def _side_by_side(left: Table, right: Table) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    grid.add_row(left, right)
+    return grid
+
+
+def _pane(title: str, *, show_header: bool = True, caption: str | None = None) -> Table:
+    return Table(
+        title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left",
+        caption_justify="left", show_header=show_header, show_edge=False, pad_edge=False,
+    )  # fmt: skip
 
 
 def _latency_table(frame: TopFrame) -> Table:
     ratio = frame.p95_ratio()
-    caption = "rehearsal p95 / real-call p95: " + ("—" if ratio is None else f"{ratio:.2f}")
-    table = Table(title="Latency", caption=caption, box=box.SIMPLE_HEAD, title_justify="left")
+    caption = "rehearsal p95 / real call p95 " + ("—" if ratio is None else f"{ratio:.2f}")
+    table = _pane("Latency", caption=caption)
     table.add_column("phase")
     for name in ("p50", "p95", "count"):
         table.add_column(name, justify="right")
@@ -268,12 +286,12 @@ def _latency_table(frame: TopFrame) -> Table:
 
 
 def _rehearsal_table(frame: TopFrame) -> Table:
-    table = Table(title="Rehearsal", box=box.SIMPLE_HEAD, title_justify="left", show_header=False)
+    table = _pane("Rehearsal", show_header=False)
     table.add_column("signal")
     table.add_column("value")
     fidelity = "—" if frame.fidelity_mean is None else f"{frame.fidelity_mean:.2f}"
-    table.add_row("fidelity (mean)", f"{fidelity} over {format_count(frame.fidelity_count)}")
-    table.add_row("vetoes", _breakdown(frame.vetoes))
+    table.add_row("fidelity", f"{fidelity} (n {format_count(frame.fidelity_count)})")
+    table.add_row("vetoes", vetoes.render(frame.vetoes))
     table.add_row("early exits", format_count(frame.early_exits))
     table.add_row("degraded", _breakdown(frame.degraded))
     table.add_row("store errors", format_count(frame.store_errors))
@@ -281,7 +299,7 @@ def _rehearsal_table(frame: TopFrame) -> Table:
 
 
 def _tokens_table(frame: TopFrame) -> Table:
-    table = Table(title="Tokens by role", box=box.SIMPLE_HEAD, title_justify="left")
+    table = _pane("Tokens by role")
     table.add_column("role")
     for kind in TOKEN_KINDS:
         table.add_column(kind, justify="right")
@@ -292,7 +310,7 @@ def _tokens_table(frame: TopFrame) -> Table:
 
 
 def _engines_table(frame: TopFrame) -> Table:
-    table = Table(title="Engines", box=box.SIMPLE_HEAD, title_justify="left")
+    table = _pane("Engines")
     table.add_column("engine")
     table.add_column("health")
     table.add_column("queue", justify="right")
@@ -409,9 +427,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="live terminal view of a running gateway's metrics",
         description="Show a gateway's traffic, rehearsal vs real tool-call latency, fidelity, "
         "tokens and engines, read from its /metrics and refreshed every interval.",
+        epilog="examples:\n  rehearsal-gateway top --url http://127.0.0.1:8000\n"
+        "  rehearsal-gateway top --once   # one frame, then exit (for scripts)",
     )
+    default_url = os.environ.get("RGW_URL", DEFAULT_URL)
     parser.add_argument(
-        "--url", default="http://127.0.0.1:8000", help="the gateway's URL, with or without /v1"
+        "--url",
+        default=default_url,
+        help=f"the gateway's URL, with or without /v1 (env RGW_URL; default {DEFAULT_URL})",
     )
     parser.add_argument(
         "--interval", type=_positive_float, default=1.0, help="seconds between refreshes"

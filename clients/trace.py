@@ -36,7 +36,7 @@ def gateway_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key",
         default=os.environ.get("RGW_API_KEY"),
-        help="bearer key when the gateway requires one (env RGW_API_KEY)",
+        help="bearer key when the gateway requires one (env RGW_API_KEY; default: none)",
     )
 
 
@@ -53,6 +53,8 @@ def register(subparsers: Any) -> None:
         "trace",
         help="pretty-print a stored rehearsal: candidates, imagined results, vetoes, the choice",
         description="Fetch GET /v1/rehearsals/ID from the gateway and show it.",
+        epilog="example (the id is the response's rehearsal.id, or X-Rehearsal-Id):\n"
+        "  rehearsal-gateway trace rh_0123456789abcdef01234567 --json",
     )
     parser.add_argument("id", help="a rehearsal id (the response's rehearsal.id, X-Rehearsal-Id)")
     parser.add_argument("--json", action="store_true", help="print the raw stored JSON instead")
@@ -104,13 +106,16 @@ def trajectory_lines(trajectories: Iterable[Mapping[str, Any]], chosen: int | No
 
 def render(trace: Mapping[str, Any]) -> str:
     """The whole trace as plain text."""
+    from . import vetoes
+
     knobs = trace.get("budget_knobs", {})
     lines = [
         f"rehearsal {trace.get('id')}  model {trace.get('model')}",
         f"  mode {trace.get('mode')}, budget {trace.get('budget')}, depth {trace.get('depth')}, "
         f"commit {trace.get('commit')}, deadline {knobs.get('deadline_ms')} ms",
         f"  engine calls {trace.get('engine_calls')}, latency ms {trace.get('latency_ms')}",
-        f"  vetoes {trace.get('vetoes')}, early exit {trace.get('early_exit_reason') or 'no'}, "
+        f"  vetoes {vetoes.render(vetoes.from_trace(trace))}, "
+        f"early exit {trace.get('early_exit_reason') or 'no'}, "
         f"degraded {trace.get('degraded') or 'no'}",
         "",
         "candidates (sampled actions):",

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any, Literal, get_args
 
 from .errors import BudgetError
+from .risk import Risk, risk_map
 
 Mode = Literal["off", "parallel", "sequential"]
 CommitRule = Literal["anchored", "reflect", "select"]
@@ -59,6 +60,11 @@ class Budget:
     trace: bool = False
     # One re-asking call when every candidate fails a deterministic check (rehearsal.planner).
     repair: bool = True
+    # The request's own risk classes, tool name -> class, sorted (``rehearsal.risk``).
+    risk: tuple[tuple[str, Risk], ...] = ()
+    # A destructive call with evidence against it that no rule could act on becomes a question
+    # to the user instead (rehearsal.confirm).
+    confirm: bool = False
 
     @property
     def active(self) -> bool:
@@ -81,6 +87,8 @@ class Budget:
             "early_exit": self.early_exit,
             "trace": self.trace,
             "repair": self.repair,
+            "risk": self.risk,
+            "confirm": self.confirm,
         }
 
     def max_engine_calls(self, calls_per_turn: int = 1) -> int:
@@ -144,6 +152,8 @@ def _coerce(name: str, param: str, value: object, *, from_text: bool) -> object:
         return _as_int(param, value, from_text=from_text)
     if name in ("temperature", "top_p"):
         return _as_float(param, value)
+    if name == "risk":
+        return risk_map(value, param)
     if not isinstance(value, bool):
         raise BudgetError(param, f"expected a boolean, got {type(value).__name__}")
     return value

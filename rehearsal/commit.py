@@ -11,7 +11,9 @@ Every trajectory's first action gets one piece of **evidence** (``evidence``):
   acted on;
 - ``unrehearsed`` — nothing usable was imagined (trust switched the tool off, the imagined text
   was unparseable, or a deadline or engine error cut it short);
-- ``clean`` — rehearsed and predicted to work; ``answer`` — a final answer (nothing to rehearse).
+- ``clean`` — rehearsed and predicted to work; ``answer`` — a final answer (nothing to rehearse);
+  ``read`` — a ``read_only`` call not imagined because reads are not (``imagine_reads`` off):
+  its real result is its own evidence, and it ranks with ``clean``.
 
 Only ``invalid``, ``repeated_failure`` and ``vetoed`` count against an action
 (``DETERMINISTIC`` names the first two: decided without imagination). The guarantees follow:
@@ -23,9 +25,9 @@ a schema-valid candidate that is no repeat exists.
 answer before unrehearsed or doubted), then the action sampled most often (the policy's own
 vote), then a trajectory that reached a final answer, then the higher score, then the earlier
 sample. ``anchored`` (the planner's default) keeps the un-rehearsed action unless it is
-``invalid`` or ``vetoed`` and a ``clean`` replacement exists; ``replacement`` picks that one (a
-tool action: a final answer is no replacement for a call, since ending the task early is worse
-than one failed call).
+``invalid`` or ``vetoed`` and a ``clean`` replacement (or a ``read``) exists; ``replacement``
+picks that one (a tool action: a final answer is no replacement for a call, since ending the
+task early is worse than one failed call).
 When nothing is allowed, ``least_bad`` still commits *something* — an imagined veto before a
 repeated real failure (a prediction against a fact), and either before a schema-invalid action
 — and the summary says so.
@@ -42,13 +44,14 @@ from .trace import Trajectory
 from .trust import Policy
 
 Evidence = Literal[
-    "invalid", "repeated_failure", "vetoed", "doubted", "unrehearsed", "clean", "answer"
+    "invalid", "repeated_failure", "vetoed", "doubted", "unrehearsed", "clean", "answer", "read"
 ]
 AGAINST: tuple[str, ...] = ("invalid", "repeated_failure", "vetoed")
 DETERMINISTIC: tuple[str, ...] = ("invalid", "repeated_failure")
 _RANK: dict[str, int] = {
     "clean": 0,
     "answer": 0,
+    "read": 0,
     "unrehearsed": 1,
     "doubted": 1,
     "vetoed": 2,
@@ -73,6 +76,8 @@ def evidence(trajectory: Trajectory, trust: Mapping[str, Policy]) -> Evidence:
         return "doubted"
     if kind in ("ok", "answer"):
         return "clean"
+    if trajectory.ended == "read":
+        return "read"
     return "unrehearsed"  # unparsed, open (cut short) or unrehearsed (trust off)
 
 
@@ -118,9 +123,12 @@ def select(trajectories: Sequence[Trajectory], trust: Mapping[str, Policy]) -> S
 def replacement(
     trajectories: Sequence[Trajectory], trust: Mapping[str, Policy], *, instead_of: str
 ) -> Selection | None:
-    """A rehearsed-clean trajectory to commit instead of the action ``instead_of``, if any."""
+    """A rehearsed-clean trajectory (or an unimagined read) to commit instead of the action
+    ``instead_of``, if any."""
     clean = [
-        t for t, e in _ranked(trajectories, trust) if e == "clean" and t.signature != instead_of
+        t
+        for t, e in _ranked(trajectories, trust)
+        if e in ("clean", "read") and t.signature != instead_of
     ]
     if not clean:
         return None

@@ -49,6 +49,7 @@ from .prompts import (
     rehearsal_messages,
     rehearsal_user_prompt,
 )
+from .risk import Risk, ToolRisk, judging_trust, turn_risk
 from .trace import Ending, ImaginedObservation, Step, Trajectory
 from .trust import Policy
 
@@ -72,6 +73,8 @@ class RehearsalRequest:
     tenant: str | None = None
     session: str | None = None
     trust: Mapping[str, Policy] = field(default_factory=dict)  # tool -> policy; absent: trusted
+    risk: Mapping[str, ToolRisk] = field(default_factory=dict)  # tool -> class; absent: unknown
+    imagine_reads: bool = True  # False: a read_only call is not imagined (rehearsal.risk)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,15 +143,22 @@ class RehearsalContext:
         self.walks: list[WalkState] = []
         self.prior: list[MemoryEntry] = []  # avoided actions remembered from earlier turns
         self.note: str | None = None  # the last memory note sent to an acting call
+        self.probes: list[ImaginedObservation] = []  # imagined repeats of real failures (trust)
         self._grounding: dict[tuple[str, str], list[GroundingObservation]] = {}
         self.checker = ToolChecker(request.tools, reject_undeclared=settings.reject_undeclared)
         # Calls whose real result in this conversation was an error and still stands (hindsight).
         self.failed_for_real = real_failures(request.messages)
+        # What the commit rules judge imagination by (a destructive tool's learning: trusted).
+        self.trust = judging_trust(request.trust, request.risk)
         self._tools_text: ToolsText | None = None  # written at the first imagined call
 
     def policy(self, tool: str) -> Policy:
         """The trust policy ``tool``'s imagination is under (``trusted`` when none is known)."""
         return self.request.trust.get(tool, "trusted")
+
+    def risk_of(self, turn: AssistantTurn) -> Risk | None:
+        """The turn's risk class (its riskiest call's); None for an answer."""
+        return turn_risk(turn, self.request.risk)
 
     def check_step(self, state: WalkState) -> bool:
         """Check the current step's calls; a failing call is vetoed by the check (False).
@@ -247,21 +257,29 @@ class RehearsalContext:
         state = WalkState(len(self.walks), samples, [Step(turn)])
         if turn.is_answer:
             state.ended = "answer"
-        elif self.check_step(state) and self._skipped(turn):
-            state.ended = "skipped"
+        elif self.check_step(state):
+            state.ended = self._skip(turn)
         self.walks.append(state)
         return state
 
-    def _skipped(self, turn: AssistantTurn) -> bool:
-        """Whether trust switched imagination off for a tool of ``turn``.
+    def _skip(self, turn: AssistantTurn) -> Ending | None:
+        """Why ``turn`` is not imagined, if it is not: ``read`` or ``skipped`` (by trust).
 
-        Always for a tool under ``off``; for one under ``ignore_vetoes``, outside the probe rate
-        (one draw per turn).
+        A destructive turn is always imagined. A turn of reads only is not when reads are not
+        (``imagine_reads``). Otherwise trust decides: never for a tool under ``off``; for one
+        under ``ignore_vetoes``, only within the probe rate (one draw per turn).
         """
+        risk = self.risk_of(turn)
+        if risk == "destructive":
+            return None
+        if risk == "read_only" and not self.request.imagine_reads:
+            return "read"
         policies = {self.policy(call.name) for call in turn.tool_calls}
         if "off" in policies:
-            return True
-        return "ignore_vetoes" in policies and self.rng.random() >= self.settings.probe_rate
+            return "skipped"
+        if "ignore_vetoes" in policies and self.rng.random() >= self.settings.probe_rate:
+            return "skipped"
+        return None
 
     async def prefetch_grounding(self, calls: Iterable[ToolCall]) -> None:
         """Read the grounding of ``calls`` at once, before their imaginations start.
@@ -371,8 +389,9 @@ class RehearsalContext:
                     return
                 if not self.check_step(state):
                     return
-                if self._skipped(turn):
-                    state.ended = "skipped"
+                skip = self._skip(turn)
+                if skip is not None:
+                    state.ended = skip
                     return
             if not await self._imagine_step(state, history, rng):
                 state.ended = "engine_error"

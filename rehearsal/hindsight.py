@@ -6,10 +6,12 @@ the server's feedback path), making the identical call again — same tool, same
 arguments (``ToolCall.signature``) — is expected to fail the same way, and is vetoed like a
 schema error, with no imagination spent (code ``REAL_FAILURE_REPEATED``).
 
-The fact holds only while nothing may have changed the world since. The gateway does not know
-yet which tools only read and which write (it has no tool risk classes), so *any* other tool
-call committed after the failure may have been a write that makes the repeat succeed (an order
-created, a payment added): it ends every earlier failure's standing. So does a new user message
+The fact holds only while nothing may have changed the world since. *Any* other tool call
+committed after the failure may have made the repeat succeed — a write (an order created, a
+payment added), and a read too: a write refused until its entity was looked up (the validating
+read agent policies require) succeeds after the read. So it ends every earlier failure's
+standing, whatever its risk class (docs/decisions/0019-tool-risk-classes.md measured the
+alternative, reads leaving failures standing, and it vetoed right calls). So does a new user message
 (the user may have fixed something, or asked to try again). Within one assistant turn, a
 failure counts only when no call of that turn succeeded (their order is unknown). A call whose
 result has not arrived is another call committed. Repeating a failed call does not end its own

@@ -31,6 +31,14 @@ imagination trust switched ``off`` is not imagined either. How the commit is cho
   conversation's last message. Its action is committed only when it was rehearsed clean — already
   among the walks, or walked now (one more imagine step) — else the best rehearsed candidate is.
 
+**Hindsight probe** (anchored): when the anchor repeats a real failure, its real outcome is
+known without running it — an error, the conversation's fact. The pair an unconditional commit
+of that anchor would have given trust (its imagined outcome × error) is therefore had for one
+imagined call of the repeated call, made after the commit rules' work when the budget's
+engine-call bound has room for it and the tool's trust is still being earned (``learning``,
+``ignore_vetoes``); the server counts it as
+an unselected sample (``ee``, or ``oe``: a miss). The probe never changes the decision.
+
 **Repair** (knob ``repair``, on by default, budget >= 2): when every candidate failed a
 deterministic check, one acting call (role ``commit``) sees the least bad refused call and the
 check's message as its tool result — the way agent frameworks re-ask on a validation error —
@@ -70,6 +78,7 @@ from .commit import (
     replacement,
     select,
 )
+from .confirm import asked_before, question
 from .context import (
     PlannerSettings,
     RehearsalContext,
@@ -77,6 +86,7 @@ from .context import (
     WalkState,
 )
 from .errors import GeneratorError
+from .hindsight import REPEAT_CODE
 from .memory import MemoryEntry, entry_for, note_message, render_note
 from .messages import ANSWER, AssistantTurn, Message
 from .ports import Generator, MemoryStore
@@ -96,6 +106,10 @@ class Decision:
     # The anchor, kept whatever its imagination said (its vetoes not acted on): the one commit
     # whose imagined failure is an unselected sample for trust (``rehearsal.trust``).
     unconditional: bool = False
+    # Evidence against the committed call that no rule could act on, said in words (the
+    # ``confirm`` question's reason); the evidence of its trajectory says the rest.
+    against: str | None = None
+    held: AssistantTurn | None = None  # under ``confirm``: the call held back for the user
 
 
 def _decided(selection: Selection, path: str, why: str | None = None) -> Decision:
@@ -139,7 +153,7 @@ class Planner:
         decision = await self._rehearse(ctx)
         if decision is None:
             decision = await self._salvage(ctx)
-        return self._result(ctx, decision, started)
+        return self._result(ctx, _confirmation(ctx, decision), started)
 
     async def _rehearse(self, ctx: RehearsalContext) -> Decision | None:
         """The mode's work under the deadline, then the commit; None when it must be salvaged."""
@@ -171,15 +185,17 @@ class Planner:
         if walk.ended is None:
             with ctx.phase("rehearse"):
                 await ctx.walk(walk, random.Random(ctx.seed()))
-        fine = evidence(walk.freeze(), ctx.request.trust) not in AGAINST
-        # ``early_exit`` decides spending, not the decision: off, the whole budget is spent.
-        stop = fine and ctx.budget.early_exit
+        fine = evidence(walk.freeze(), ctx.trust) not in AGAINST
+        # ``early_exit`` decides spending, not the decision: off, the whole budget is spent. A
+        # destructive anchor needs the samples' vote (``_anchored_choice``), so they are drawn.
+        stop = fine and ctx.budget.early_exit and ctx.risk_of(anchor) != "destructive"
         if ctx.budget.budget >= 2 and not stop:
             if ctx.budget.mode == "parallel":
                 await self._alternatives(ctx, anchor)
             else:
                 await self._attempts(ctx, first=1)
         repaired = await self._repair(ctx)
+        await self._probe(ctx)
         if repaired is not None:
             return repaired
         decision = self._anchored_choice(ctx)
@@ -208,20 +224,59 @@ class Planner:
         """Keep the anchor unless evidence says otherwise (module docstring); never calls."""
         trajectories = [w.freeze() for w in ctx.walks]
         anchor = trajectories[0]
-        found = evidence(anchor, ctx.request.trust)
+        found = evidence(anchor, ctx.trust)
         if found not in AGAINST:
+            outvoted = _outvoted(ctx, anchor.first_turn)
+            if outvoted is not None:
+                return self._outvoted_choice(ctx, trajectories, outvoted)
             path = "trust_off" if anchor.outcome == "unrehearsed" else "anchor"
+            path = "read" if found == "read" else path
             why = f"anchor kept ({found})"
             return Decision(anchor.first_turn, why, path, 0, 0, unconditional=True)
-        better = replacement(trajectories, ctx.request.trust, instead_of=anchor.signature)
+        better = replacement(trajectories, ctx.trust, instead_of=anchor.signature)
         if better is not None:
             return _decided(better, "replaced")
         if found in DETERMINISTIC:
-            fallback = least_bad(trajectories, ctx.request.trust)
+            fallback = least_bad(trajectories, ctx.trust)
             if fallback.trajectory.index != 0:
                 return _decided(fallback, "valid_fallback")
         why = f"anchor kept although {found}: no rehearsed-clean alternative"
         return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0)
+
+    def _outvoted_choice(
+        self, ctx: RehearsalContext, trajectories: list[Trajectory], outvoted: str
+    ) -> Decision:
+        """A destructive anchor the samples did not back: the best clean alternative, if any."""
+        anchor = trajectories[0]
+        better = replacement(trajectories, ctx.trust, instead_of=anchor.signature)
+        if better is not None:
+            return _decided(better, "replaced", f"replaced: {outvoted}; {better.why}")
+        why = f"anchor kept although {outvoted}: no rehearsed-clean alternative"
+        return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0, against=outvoted)
+
+    # -- hindsight probe ---------------------------------------------------------------------
+
+    async def _probe(self, ctx: RehearsalContext) -> None:
+        """Imagine the anchor's repeats of a real failure once, for trust (module docstring).
+
+        Only while the budget's engine-call bound has room (the vetoed anchor left its
+        imagination unspent, unless a repair took it) and the tool's trust is still being
+        earned (``learning``, ``ignore_vetoes``).
+        """
+        first = ctx.walks[0].steps[0]
+        repeats = [o.call for o in first.observations if o.code == REPEAT_CODE]
+        room = ctx.budget.max_engine_calls(len(first.turn.tool_calls)) - sum(ctx.calls.values())
+        earning = all(ctx.policy(c.name) in ("learning", "ignore_vetoes") for c in repeats)
+        if not repeats or len(repeats) > room or not earning:
+            return
+        history, rng = list(ctx.request.messages), random.Random(ctx.seed())
+        try:
+            with ctx.phase("rehearse"):
+                for call in repeats:
+                    seed = ctx.seed(rng)
+                    ctx.probes.append(await ctx.imagine(history, first.turn, call, seed))
+        except GeneratorError as exc:
+            ctx.fault("engine_error", f"hindsight probe: {exc}")
 
     # -- repair -----------------------------------------------------------------------------
 
@@ -231,7 +286,7 @@ class Planner:
         None when repair does not apply, the call fails, or its answer has evidence against it:
         the usual commit rules then decide among the walks (the repaired one included).
         """
-        trust = ctx.request.trust
+        trust = ctx.trust
         trajectories = [w.freeze() for w in ctx.walks]
         if not (ctx.budget.repair and ctx.budget.budget >= 2 and trajectories):
             return None
@@ -277,6 +332,7 @@ class Planner:
             )  # fmt: skip
         walks = [ctx.new_walk(tuple(ix), turns[ix[0]]) for ix in groups.values()]
         unanimous = len(turns) >= 2 and len(groups) == 1 and walks[0].ended != "veto"
+        unanimous = unanimous and ctx.risk_of(turns[0]) != "destructive"  # always imagined
         if ctx.budget.early_exit and unanimous:
             return Decision(turns[0], "unanimous candidates", "early_exit", 0, 0, "unanimous")
         await self._walk_all(ctx, walks)
@@ -322,8 +378,8 @@ class Planner:
                 with ctx.phase("rehearse"):
                     await ctx.walk(walk, random.Random(ctx.seed()))
             done = walk.freeze()
-            found = evidence(done, ctx.request.trust)
-            if anchored and found == "clean" and ctx.budget.early_exit:
+            found = evidence(done, ctx.trust)
+            if anchored and found in ("clean", "read") and ctx.budget.early_exit:
                 return None
             clean = found in ("clean", "answer")
             agrees = attempt > 0 and done.signature == ctx.walks[-2].freeze().signature
@@ -336,7 +392,7 @@ class Planner:
 
     def _note(self, ctx: RehearsalContext, trajectories: list[Trajectory]) -> str | None:
         """The memory note: walks whose evidence may steer (untrusted vetoes are left out)."""
-        trust = ctx.request.trust
+        trust = ctx.trust
         entries = [entry_for(t) for t in trajectories if evidence(t, trust) != "doubted"]
         entries += _unseen(ctx.prior, trajectories)
         return render_note(entries, ctx.settings.memory_tokens) if entries else None
@@ -344,7 +400,7 @@ class Planner:
     async def _commit(self, ctx: RehearsalContext) -> Decision:
         trajectories = [w.freeze() for w in ctx.walks]
         if ctx.budget.commit == "select":
-            chosen = select(trajectories, ctx.request.trust)
+            chosen = select(trajectories, ctx.trust)
             if chosen is not None:
                 return _decided(chosen, "selected")
         return await self._reflect(ctx, trajectories)
@@ -362,7 +418,7 @@ class Planner:
         ctx.candidates.append(turn)
         same = [t for t in trajectories if t.signature == turn.signature]
         if same:
-            if evidence(same[0], ctx.request.trust) in AGAINST:
+            if evidence(same[0], ctx.trust) in AGAINST:
                 return self._fallback(ctx, "reflect chose a ruled-out action")
             index = same[0].samples[0] if same[0].samples else None
             why = "reflect: committed a rehearsed action after reading the memory note"
@@ -372,7 +428,7 @@ class Planner:
             with ctx.phase("commit"):
                 await ctx.walk(walk, random.Random(ctx.seed()), depth=1)
         verified = walk.freeze()
-        if evidence(verified, ctx.request.trust) in ("clean", "answer"):
+        if evidence(verified, ctx.trust) in ("clean", "answer"):
             why = "reflect: a new action, rehearsed clean before it was committed"
             return Decision(turn, why, "reflected", verified.samples[0], verified.index)
         return self._fallback(ctx, "reflect's new action did not rehearse clean")
@@ -380,10 +436,10 @@ class Planner:
     def _fallback(self, ctx: RehearsalContext, reason: str) -> Decision:
         """The best rehearsed candidate (or the least bad one) when reflect cannot be used."""
         trajectories = [w.freeze() for w in ctx.walks]
-        chosen = select(trajectories, ctx.request.trust)
+        chosen = select(trajectories, ctx.trust)
         if chosen is not None:
             return _decided(chosen, "reflect_fallback", f"{reason}; {chosen.why}")
-        worst = least_bad(trajectories, ctx.request.trust)
+        worst = least_bad(trajectories, ctx.trust)
         return _decided(worst, "least_bad", f"{reason}; {worst.why}")
 
     # -- faults and memory ------------------------------------------------------------------
@@ -395,9 +451,7 @@ class Planner:
                 decision = self._anchored_choice(ctx)
             else:
                 trajectories = [w.freeze() for w in ctx.walks]
-                chosen = select(trajectories, ctx.request.trust) or least_bad(
-                    trajectories, ctx.request.trust
-                )
+                chosen = select(trajectories, ctx.trust) or least_bad(trajectories, ctx.trust)
                 decision = _decided(chosen, "salvaged")
             return replace(decision, why=f"degraded {decision.why}", path="salvaged")
         with ctx.phase("commit"):
@@ -437,7 +491,10 @@ class Planner:
             commit_unconditional=decision.unconditional,
             commit_check="schema_invalid" if check.invalid else check.status,
             commit_check_detail=check.message,
+            held=decision.held,
+            probes=tuple(ctx.probes),
             trust={tool: ctx.policy(tool) for tool in sorted(tools)},
+            risk=dict(ctx.request.risk),
             degraded=_degraded(ctx.faults),
             faults=tuple(ctx.faults),
             memory_note=ctx.note,
@@ -464,6 +521,53 @@ def _unrehearsed_by_trust(ctx: RehearsalContext, decision: Decision) -> Decision
         return decision
     why = f"{decision.path}, not imagined: trust switched imagination off; {decision.why}"
     return replace(decision, path="trust_off", why=why)
+
+
+def _outvoted(ctx: RehearsalContext, anchor: AssistantTurn) -> str | None:
+    """Why a destructive anchor lacks the samples' backing, or None when it has it (or needs
+    none): it is committed only when more than half of the sampled candidates are its action."""
+    if ctx.risk_of(anchor) != "destructive" or ctx.budget.budget < 2:
+        return None
+    votes = sum(turn.signature == anchor.signature for turn in ctx.candidates)
+    if 2 * votes > len(ctx.candidates):
+        return None
+    return f"only {votes} of {len(ctx.candidates)} samples chose this destructive call"
+
+
+def _against(ctx: RehearsalContext, decision: Decision) -> str | None:
+    """The evidence against the committed call that no rule acted on, in words, if any."""
+    if decision.against is not None:
+        return decision.against
+    if decision.chosen_trajectory is None:
+        return None
+    trajectory = ctx.walks[decision.chosen_trajectory].freeze()
+    found = evidence(trajectory, ctx.trust)
+    if found not in (*AGAINST, "doubted"):
+        return None
+    worst = trajectory.steps[0].worst  # there is one: evidence against means a bad first step
+    said = ": ".join(part for part in (worst.code, worst.detail) if part) if worst else found
+    if worst is not None and worst.source == "check":
+        return f"a check refused it ({said})"
+    unsure = (
+        ", though this tool's imagined failures proved unreliable" if found == "doubted" else ""
+    )
+    return f"rehearsal imagined it failing ({said}){unsure}"
+
+
+def _confirmation(ctx: RehearsalContext, decision: Decision) -> Decision:
+    """Under ``confirm``: a destructive call with evidence against it becomes a question.
+
+    Only once per call and conversation (``rehearsal.confirm``): a call already held, and
+    answered by the user since, is committed as the rules chose it.
+    """
+    turn = decision.turn
+    if not ctx.budget.confirm or ctx.risk_of(turn) != "destructive":
+        return decision
+    reason = _against(ctx, decision)
+    if reason is None or asked_before(ctx.request.messages, turn):
+        return decision
+    why = f"confirm: held back ({reason}); {decision.why}"
+    return Decision(question(turn, reason), why, "confirm", held=turn)
 
 
 def _refusal(step: Step) -> list[Message]:

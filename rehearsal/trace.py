@@ -6,7 +6,8 @@ Vocabulary, from the smallest piece up:
 - a ``Step`` is one acting turn and the observations imagined for each of its tool calls;
 - a ``Trajectory`` is the steps that followed one candidate action, and how they ``ended``:
   ``answer`` | ``veto`` | ``error`` | ``unparsed`` | ``depth`` | ``deadline`` | ``engine_error``
-  | ``skipped`` (trust switched imagination off for the tool);
+  | ``skipped`` (trust switched imagination off for the tool) | ``read`` (a ``read_only`` call,
+  not imagined by the operator's choice, ``imagine_reads``);
 - the ``RehearsalResult`` holds the committed turn plus everything needed to explain it.
 
 A trajectory's ``outcome`` and ``score`` are pure functions of its steps, so the memory note,
@@ -14,7 +15,7 @@ the commit rule and the trace can never disagree about them. ``outcome`` judges 
 action (what would be committed): the first step's worst observation if any went wrong
 (``veto:<CODE>``, ``unparsed``, ``error``), else ``answer`` when the trajectory reached a final
 answer, ``open`` when a deadline or an engine error cut it short, ``unrehearsed`` when the first
-step was skipped, ``ok`` otherwise. ``score`` is
+step was skipped (by trust, or as a read), ``ok`` otherwise. ``score`` is
 1 for an answer and 0 for a bad first step; else the share of rehearsed steps that were clean
 (an answer counts as clean), or 0.5 when nothing was rehearsed yet.
 
@@ -35,9 +36,10 @@ from typing import Any, Literal
 from .budget import Budget
 from .messages import JSON, NO_USAGE, AssistantTurn, ToolCall, Usage
 from .parsing import PARSE_CLASSES, ParseClass, Verdict
+from .risk import UNKNOWN, ToolRisk
 
 Ending = Literal[
-    "answer", "veto", "error", "unparsed", "depth", "deadline", "engine_error", "skipped"
+    "answer", "veto", "error", "unparsed", "depth", "deadline", "engine_error", "skipped", "read"
 ]
 Source = Literal["imagined", "check"]
 _SEVERITY: dict[str, int] = {"veto": 0, "error": 1}
@@ -142,7 +144,7 @@ class Trajectory:
             return "unparsed"
         if self.ended in ("deadline", "engine_error"):
             return "open"
-        if self.ended == "skipped" and not first.observations:
+        if self.ended in ("skipped", "read") and not first.observations:
             return "unrehearsed"
         return "answer" if self.ended == "answer" else "ok"
 
@@ -202,7 +204,12 @@ class RehearsalResult:
     commit_unconditional: bool = False
     commit_check: str = "ok"  # the committed turn: ok | schema_invalid | unchecked
     commit_check_detail: str = ""
+    # Under ``confirm``: the destructive call held back while the turn asks the user.
+    held: AssistantTurn | None = None
+    # The anchor's repeats of a real failure, imagined once for trust (never for the decision).
+    probes: tuple[ImaginedObservation, ...] = ()
     trust: dict[str, str] = field(default_factory=dict)  # tool -> trust policy it was under
+    risk: dict[str, ToolRisk] = field(default_factory=dict)  # offered tool -> its risk class
     degraded: str | None = None
     faults: tuple[str, ...] = ()
     memory_note: str | None = None
@@ -261,6 +268,10 @@ class RehearsalResult:
                         counts[str(o.code)] = counts.get(str(o.code), 0) + 1
         return counts
 
+    def committed_risk(self) -> list[str]:
+        """The risk class of each committed tool call, in order (``rehearsal.risk``)."""
+        return [self.risk.get(call.name, UNKNOWN).risk for call in self.turn.tool_calls]
+
     @property
     def committed_rehearsed(self) -> bool | None:
         """Whether the committed action was imagined in this rehearsal (None for an answer)."""
@@ -290,6 +301,10 @@ class RehearsalResult:
             "commit_path": self.commit_path,
             "commit_check": self.commit_check,
             "committed_rehearsed": self.committed_rehearsed,
+            "committed_risk": self.committed_risk(),
+            "held_for_confirmation": None
+            if self.held is None
+            else [call.to_dict() for call in self.held.tool_calls],
             "trust": dict(self.trust),
             "engine_calls": self.engine_calls,
             "degraded": self.degraded,
@@ -312,6 +327,8 @@ class RehearsalResult:
             "why": self.why,
             "commit_unconditional": self.commit_unconditional,
             "commit_check_detail": self.commit_check_detail,
+            "risk": {tool: found.to_dict() for tool, found in self.risk.items()},
+            "hindsight_probes": [o.to_dict() for o in self.probes],
             "early_exit_reason": self.early_exit,
             "chosen_trajectory": self.chosen_trajectory,
             "faults": list(self.faults),

@@ -23,16 +23,20 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from .. import __version__
+from .chat.model_switch import ModelSwitch
 from .chat.precheck import build_precheck
 from .chat.responses import ResponsesService
 from .chat.service import ChatService
 from .engines.calls import EngineCalls
 from .engines.client import EngineClient, Waits
 from .engines.discovery import EngineDiscovery, Resolver, resolve_system
+from .engines.health import DOWN_REMINDER_S
 from .engines.pool import EnginePool, EnginesReady
 from .engines.stalls import StallWatch
 from .engines.transport import EngineTransport
 from .engines.transports import AiohttpTransport
+from .engines.wire import WireTransport
 from .http.accounting import RequestAccounting
 from .http.auth import ApiKeyMiddleware, ApiKeyRing
 from .http.handlers import add_error_handlers
@@ -48,16 +52,17 @@ from .rehearse.defaults import (
     budget_defaults,
     planner_settings,
     rehearse_priority,
+    risk_policy,
     trust_settings,
 )
 from .rehearse.feedback import Feedback
 from .rehearse.service import RehearsalService
-from .settings import GatewaySettings
+from .settings import GatewaySettings, mask_url
 from .store.fair_use import FairUse
 from .store.opening import StoreReady, open_store
 from .store.writer import StoreWriter
 from .telemetry.metrics import GatewayMetrics
-from .telemetry.readiness import Draining
+from .telemetry.readiness import Draining, warn_while_failing
 
 log = logging.getLogger("rehearsal_gateway.server")
 # FastAPI's native OpenTelemetry off, unless RGW_FASTAPI_TELEMETRY (server/settings.py).
@@ -93,7 +98,7 @@ def create_app(
 
     app = FastAPI(
         title="Rehearsal Gateway",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
@@ -119,6 +124,11 @@ def app_from_environment() -> FastAPI:
 # A young-generation collection every GC_YOUNG container allocations (CPython 3.11: 700), and
 # the older ones as rarely again; the heap after start-up is frozen out of every scan.
 GC_THRESHOLDS = (10_000, 20, 20)
+# ``RGW_ENGINE_TRANSPORT`` -> the transport the lifespan builds from the settings.
+TRANSPORTS: dict[str, type[WireTransport | AiohttpTransport]] = {
+    "wire": WireTransport,
+    "aiohttp": AiohttpTransport,
+}
 
 
 def settle_heap() -> None:
@@ -159,7 +169,7 @@ async def open_state(
         rehearsal_yield_quiet_s=settings.rehearsal_yield_quiet_s,
     )
     metrics.start_series(engine.name for engine in pool.engines)
-    transport = engine_transport or AiohttpTransport.of(settings)
+    transport = engine_transport or TRANSPORTS[settings.engine_transport].of(settings)
     engines = EngineClient(transport, metrics, settings.health_timeout, Waits.of(settings))
     calls = EngineCalls(pool, engines, max_attempts=settings.max_attempts)
     store = open_store(settings)
@@ -179,6 +189,7 @@ async def open_state(
         caps=budget_caps(settings),
         planner=planner_settings(settings),
         trust=trust_settings(settings),
+        risk=risk_policy(settings),
         rehearse_priority=rehearse_priority(settings),
         batch=settings.rehearsal_batch,
         commit_timeout=settings.commit_timeout,
@@ -186,8 +197,9 @@ async def open_state(
     )
     feedback = Feedback(store, metrics, writer)
     chat = ChatService(
-        pool, calls, rehearsal=rehearsal, feedback=feedback, precheck=build_precheck()
-    )
+        pool, calls, rehearsal=rehearsal, feedback=feedback, precheck=build_precheck(),
+        switch=ModelSwitch.of(settings.model_switch),
+    )  # fmt: skip
     responses = ResponsesService(chat, rehearsal, feedback)
     draining = Draining()
     state = GatewayState(
@@ -208,16 +220,21 @@ async def open_state(
         # Also the store's first connections, before the first request needs them: a Redis
         # Cluster client learns the slot map on its first command, which can outlast the
         # request path's RGW_REDIS_TIMEOUT on a busy host. Unreachable only degrades (/ready).
-        store_state = await StoreReady(store).check()
+        store_ready = StoreReady(store)
+        store_state = await store_ready.check()
         interval = settings.health_interval
         health = asyncio.create_task(pool.run_health_checks(engines.probe, interval))
         tasks = [health]
+        if settings.redis_url is not None:
+            where = f"Redis store {mask_url(settings.redis_url.get_secret_value())}"
+            store_watch = warn_while_failing(store_ready, store_state, where, DOWN_REMINDER_S)
+            tasks.append(asyncio.create_task(store_watch))
         if settings.engine_stall_after_s > 0:
-            watch = StallWatch(
+            stalls = StallWatch(
                 pool, engines.canary, after_s=settings.engine_stall_after_s,
                 timeout_s=settings.engine_canary_timeout_s, retry_s=interval,
             )  # fmt: skip
-            tasks.append(asyncio.create_task(watch.run()))
+            tasks.append(asyncio.create_task(stalls.run()))
         if discovery.groups:
             tasks.append(asyncio.create_task(discovery.run(settings.discovery_interval)))
         log.info(

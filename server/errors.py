@@ -225,6 +225,18 @@ def envelope(exc: GatewayError) -> dict[str, Any]:
     }
 
 
+def log_fields(exc: GatewayError) -> dict[str, Any]:
+    """What a request's log line says of the error it was answered with: the envelope's type,
+    code, param and message (cut to 300 characters)."""
+    error = envelope(exc)["error"]
+    return {
+        "type": error["type"],
+        "code": error["code"],
+        "param": error["param"],
+        "message": str(error["message"])[:300],
+    }
+
+
 def error_status_and_body(exc: GatewayError) -> tuple[int, bytes]:
     """HTTP status and JSON body of the error response for ``exc``."""
     return classify(exc).status, orjson.dumps(envelope(exc))

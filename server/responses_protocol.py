@@ -101,7 +101,10 @@ def _chat_tool(tool: dict[str, Any], index: int) -> dict[str, Any]:
     for key in ("description", "parameters", "strict"):
         if tool.get(key) is not None:
             function[key] = tool[key]
-    return {"type": "function", "function": function}
+    chat: dict[str, Any] = {"type": "function", "function": function}
+    if tool.get("annotations") is not None:  # MCP hints: a risk class (rehearsal/risk.py)
+        chat["annotations"] = tool["annotations"]
+    return chat
 
 
 def _tool_choice(choice: str | dict[str, Any] | None) -> Any:

@@ -11,17 +11,29 @@ An engine is written ``URL[,key=value…]`` with keys ``name``, ``roles`` (``act
 per address it resolves to, re-resolved every ``discovery_interval`` seconds;
 ``server/engines/discovery.py``).
 ``RGW_ENGINES`` holds several, separated by whitespace, or a JSON list.
+
+A YAML file named by ``RGW_CONFIG`` (``serve --config FILE``) holds settings under their names
+(``rehearsal_mode: parallel``; engines and per-key limits as lists and mappings); a variable
+wins over the file, and ``serve``'s flags win over both (``server/launcher/sources.py`` reads the
+three and says where each value came from). docs/configuration.md has a complete file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 T = TypeVar("T")
 Role = Literal["act", "rehearse"]
@@ -32,6 +44,8 @@ RouterKind = Literal["vllm-router"]
 ALL_ROLES: frozenset[Role] = frozenset(("act", "rehearse"))
 REHEARSE_ONLY: frozenset[Role] = frozenset(("rehearse",))
 MASK = "********"
+ENV_PREFIX = "RGW_"
+CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
 OPTIONS = ("name", "roles", "model", "max_concurrency", "discover", "tls_name", "router")
 
 
@@ -90,6 +104,11 @@ def _split_list(value: Any, sep: str | None) -> Any:
     return [item for item in stripped.split(sep) if item.strip()]
 
 
+def _off(value: Any) -> Any:
+    """YAML reads a bare ``off`` as false: in a config file that can only mean ``"off"``."""
+    return "off" if value is False else value
+
+
 class TenantLimits(BaseModel):
     """One key's fair-use limits (docs/limits.md): ``None`` keeps the gateway-wide value; 0: off."""
 
@@ -102,10 +121,26 @@ class TenantLimits(BaseModel):
     max_cost: int | None = Field(default=None, ge=0)
 
 
+RiskClass = Literal["read_only", "write", "destructive", "unknown"]
+
+
+class TenantRisk(BaseModel):
+    """One key's tool risk policy (docs/rehearsal.md#risk-classes): ``None`` keeps the
+    gateway-wide value; its patterns are tried before the gateway's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    patterns: dict[str, RiskClass] | None = None
+    imagine_reads: bool | None = None
+
+
 class GatewaySettings(BaseSettings):
     """The gateway's configuration (env prefix ``RGW_``)."""
 
-    model_config = SettingsConfigDict(env_prefix="RGW_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    # The YAML file the other settings may come from (below the variables, above the defaults).
+    config: str | None = None
 
     # Where to listen. Workers > 1 runs several uvicorn processes (metrics go multiprocess).
     host: str = "127.0.0.1"
@@ -129,6 +164,9 @@ class GatewaySettings(BaseSettings):
     # An idle connection to an engine is closed after this long: below uvicorn's (so vLLM's)
     # 5 s keep-alive, so the engine never closes a socket the gateway is about to reuse.
     engine_keepalive_s: float = Field(default=4.0, gt=0)
+    # How engine calls travel, behind one seam (server/engines/transport.py): "wire", asyncio's
+    # sockets and httptools' parser (the default: the least CPU per call), or "aiohttp".
+    engine_transport: Literal["wire", "aiohttp"] = "wire"
     # A CA bundle (PEM) for https engines with a private CA; unset: the system's CAs.
     engine_ca_file: str | None = None
     # The engines' vLLM ``--scheduling-policy``. With "priority" (every engine started with
@@ -188,6 +226,12 @@ class GatewaySettings(BaseSettings):
     rehearsal_top_p: float = Field(default=0.95, gt=0, le=1)
     rehearsal_early_exit: bool = True
     rehearsal_repair: bool = True
+    # Ask the user before a destructive call rehearsal found evidence against (docs/rehearsal.md).
+    rehearsal_confirm: bool = False
+    # Model-name switches offered (docs/configuration.md#model-name-switch): with "parallel-4"
+    # here, a request for MODEL@parallel-4 is a request for MODEL with mode parallel, budget 4,
+    # for clients that can set neither body fields nor headers. Empty: no switch (the default).
+    model_switch: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Caps: a request beyond them is a 400 naming the knob, never clamped.
     max_budget: int = Field(default=8, ge=1, le=64)
     max_depth: int = Field(default=4, ge=1, le=16)
@@ -219,6 +263,17 @@ class GatewaySettings(BaseSettings):
     trust_pins: Annotated[
         dict[str, Literal["trusted", "learning", "ignore_vetoes", "off"]], NoDecode
     ] = Field(default_factory=dict)
+
+    # Tool risk classes (rehearsal/risk.py, docs/rehearsal.md#risk-classes): the operator's
+    # tool-name patterns, "glob=class,glob=class" or a JSON object, the first match in the order
+    # written (classes: read_only, write, destructive, unknown). A request's rehearsal.risk map
+    # and MCP annotations on a tool come first.
+    risk_patterns: Annotated[dict[str, RiskClass], NoDecode] = Field(default_factory=dict)
+    # Whether read_only calls are imagined at all (their real result is their own evidence).
+    risk_imagine_reads: bool = True
+    # Per tenant, JSON: {"t_<24 hex>": {"patterns": {"cancel_*": "destructive"},
+    # "imagine_reads": false}}.
+    risk_overrides: Annotated[dict[str, TenantRisk], NoDecode] = Field(default_factory=dict)
 
     # ---- Store writes beside the answer, and the in-process store's bounds
     # (server/store/writer.py, server/store/inprocess.py).
@@ -290,6 +345,22 @@ class GatewaySettings(BaseSettings):
     # gateway is closing (docs/configuration.md#keep-alive).
     keepalive_s: float = Field(default=75.0, gt=0)
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then ``RGW_*`` variables, then the ``RGW_CONFIG`` file, then defaults."""
+        path = os.environ.get(CONFIG_VARIABLE)
+        sources = [init_settings, env_settings]
+        if path:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
     @field_validator("engines", "rehearsal_engines", mode="before")
     @classmethod
     def split_engines(cls, value: Any) -> Any:
@@ -343,9 +414,16 @@ class GatewaySettings(BaseSettings):
             return {alias.strip(): served.strip() for alias, _, served in pairs}
         return value
 
+    @field_validator("rehearsal_mode", mode="before")
+    @classmethod
+    def read_off_mode(cls, value: Any) -> Any:
+        return _off(value)
+
     @field_validator("trust_pins", mode="before")
     @classmethod
     def split_pins(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {tool: _off(policy) for tool, policy in value.items()}
         if isinstance(value, str):
             stripped = value.strip()
             if stripped.startswith("{"):
@@ -354,10 +432,40 @@ class GatewaySettings(BaseSettings):
             return {tool.strip(): policy.strip() for tool, _, policy in pairs}
         return value
 
+    @field_validator("risk_patterns", mode="before")
+    @classmethod
+    def split_risk_patterns(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("{"):
+                return orjson.loads(stripped)
+            pairs = (item.rpartition("=") for item in stripped.split(",") if item.strip())
+            return {pattern.strip(): risk.strip() for pattern, _, risk in pairs}
+        return value
+
+    @field_validator("risk_overrides", mode="before")
+    @classmethod
+    def parse_risk_overrides(cls, value: Any) -> Any:
+        return orjson.loads(value) if isinstance(value, str) and value.strip() else value or {}
+
     @field_validator("limit_overrides", mode="before")
     @classmethod
     def parse_overrides(cls, value: Any) -> Any:
         return orjson.loads(value) if isinstance(value, str) and value.strip() else value or {}
+
+    @field_validator("model_switch", mode="before")
+    @classmethod
+    def split_switches(cls, value: Any) -> Any:
+        return _split_list(value, ",")
+
+    @field_validator("model_switch")
+    @classmethod
+    def check_switches(cls, value: list[str]) -> list[str]:
+        for suffix in value:
+            mode, _, budget = suffix.strip().partition("-")
+            if mode not in ("off", "parallel", "sequential") or (budget and not budget.isdigit()):
+                raise ValueError(f"a switch is MODE or MODE-BUDGET (parallel-4), got {suffix!r}")
+        return [suffix.strip() for suffix in value]
 
     @field_validator("api_keys", mode="before")
     @classmethod

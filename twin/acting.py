@@ -3,8 +3,11 @@
 In a world conversation (tools of one world, first user message naming one of its tasks) the
 policy finds the next step of the task's reference plan and takes it with probability ``skill``,
 otherwise one of the world's planted mistakes; it answers in text when the plan is done. Actions a
-rehearsal-memory note marks as to-be-avoided are skipped. With tools of no world, it makes a
-schema-valid call of an offered tool, or answers once a tool result is in the conversation.
+rehearsal-memory note marks as to-be-avoided are skipped. Any other conversation is planned from
+the user's own words (``twin/intent.py``): the ids, e-mail addresses and names in the last user
+message choose the tool and fill its arguments ("Where is order W1001?" is ``get_order`` of
+``W1001``), a read of the object going first when the action writes. A sentence that names
+nothing gets a schema-valid call of an offered tool, then an answer once a tool result is in.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from .intent import Intent
 from .memory_note import MemoryNote
 from .prompt import message_text
 from .schema import JsonObject, mistake_for, synthesise
@@ -95,9 +99,18 @@ def _successful_calls(messages: list[JsonObject]) -> list[Call]:
     return done
 
 
+def _last_user(messages: list[JsonObject]) -> int:
+    """The index of the last user message (-1 when there is none)."""
+    return max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+
+
+def last_user_text(messages: list[JsonObject]) -> str:
+    index = _last_user(messages)
+    return message_text(messages[index]) if index >= 0 else ""
+
+
 def _has_tool_result(messages: list[JsonObject]) -> bool:
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    return any(m.get("role") == "tool" for m in messages[last_user + 1 :])
+    return any(m.get("role") == "tool" for m in messages[_last_user(messages) + 1 :])
 
 
 def _pick(options: list[tuple[Call, float]], rng: random.Random, greedy: bool) -> Call:
@@ -170,6 +183,9 @@ class ActingPolicy:
         return _pick(options, rng, request.greedy)
 
     def _generic_step(self, request: ActingRequest, rng: random.Random) -> Call | None:
+        plan = Intent.of(last_user_text(request.messages)).plan(request.tools)
+        if plan:
+            return self._planned_step(plan, request, rng)
         if _has_tool_result(request.messages):
             return None
         names = sorted(request.tools)
@@ -185,6 +201,25 @@ class ActingPolicy:
             if not self._avoid(request, call):
                 break
         return call
+
+    def _planned_step(
+        self, plan: tuple[Call, ...], request: ActingRequest, rng: random.Random
+    ) -> Call | None:
+        """The first step of a plan read from the user's words that has not succeeded yet (since
+        the user spoke); arguments the words do not give are made up, as for any tool."""
+        since = request.messages[_last_user(request.messages) :]
+        done = {c.signature for c in _successful_calls(since)}
+        step = next((c for c in plan if c.signature not in done), None)
+        if step is None:
+            return None
+        schema = request.tools[step.name]
+        made_up: Any = synthesise(schema, rng, step.name)
+        arguments = {**(made_up if isinstance(made_up, dict) else {}), **step.arguments}
+        required = {str(key) for key in schema.get("required", [])}
+        arguments = {k: v for k, v in arguments.items() if k in step.arguments or k in required}
+        if not request.greedy and rng.random() >= self.skill:
+            arguments = mistake_for(schema, arguments, rng)
+        return Call(step.name, arguments)
 
     def _honour_tool_choice(
         self,

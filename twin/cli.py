@@ -16,15 +16,31 @@ def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "twin",
         help="serve the engine twin: a SIMULATED vLLM engine for EnvACE (tests, demo, benchmarks)",
-        description="A simulation of vLLM serving EnvACE-Qwen3-8B; no model runs.",
+        description="A simulation of vLLM serving EnvACE-Qwen3-8B; no model runs. Every option "
+        "also reads RGW_TWIN_<OPTION> (RGW_TWIN_SKILL=0.9).",
+        epilog="examples:\n  rehearsal-gateway twin --port 8100 --world retail --skill 0.6\n"
+        "  rehearsal-gateway twin --latency h100 --latency-scale 0.1   # H100-like timing",
     )
-    parser.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(_env("PORT", "8100")))
+    parser.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="listen address")
+    parser.add_argument("--port", type=int, default=int(_env("PORT", "8100")), help="listen port")
     parser.add_argument(
-        "--world", default=_env("WORLD", "auto"), choices=["auto", "airline", "retail", "bank"]
+        "--world",
+        default=_env("WORLD", "auto"),
+        choices=["auto", "airline", "retail", "bank"],
+        help="the tool world it plays; auto: the one whose tools a request offers",
     )
-    parser.add_argument("--skill", type=float, default=float(_env("SKILL", "0.7")))
-    parser.add_argument("--fidelity", type=float, default=float(_env("FIDELITY", "0.9")))
+    parser.add_argument(
+        "--skill",
+        type=float,
+        default=float(_env("SKILL", "0.7")),
+        help="0..1: how often the acting policy takes the right next action",
+    )
+    parser.add_argument(
+        "--fidelity",
+        type=float,
+        default=float(_env("FIDELITY", "0.9")),
+        help="0..1: how often the rehearsal role imagines a tool's result right",
+    )
     parser.add_argument(
         "--grounding-gain",
         type=float,
@@ -40,9 +56,20 @@ def register(subparsers: Any) -> None:
         default=float(_env("LATENCY_SCALE", "1.0")),
         help="multiply every modelled cost (e.g. 0.1 for a quick demo)",
     )
-    parser.add_argument("--seed", type=int, default=int(_env("SEED", "0")))
-    parser.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME", "EnvACE-Qwen3-8B"))
-    parser.add_argument("--cache-blocks", type=int, default=int(_env("CACHE_BLOCKS", "16384")))
+    parser.add_argument(
+        "--seed", type=int, default=int(_env("SEED", "0")), help="seed of requests without one"
+    )
+    parser.add_argument(
+        "--served-model-name",
+        default=_env("SERVED_MODEL_NAME", "EnvACE-Qwen3-8B"),
+        help="model id(s) it answers to, comma-separated",
+    )
+    parser.add_argument(
+        "--cache-blocks",
+        type=int,
+        default=int(_env("CACHE_BLOCKS", "16384")),
+        help="prefix-cache capacity in 16-token blocks",
+    )
     parser.set_defaults(func=run)
 
 

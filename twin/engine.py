@@ -25,6 +25,7 @@ from .prefix_cache import PrefixCache
 from .prompt import message_text, render_prompt
 from .protocol import ChatRequest, TwinError
 from .schema import JsonObject
+from .simulated_user import user_scenario, user_turn
 from .simulator import (
     MalformedRehearsal,
     Simulator,
@@ -119,6 +120,9 @@ class TwinEngine:
             except MalformedRehearsal as exc:
                 raise TwinError(f"Malformed rehearsal prompt: {exc}", param="messages") from exc
             return self.simulator.draft(prompt, rng)
+        scenario = user_scenario(messages)
+        if scenario is not None:
+            return user_turn(messages, scenario)
         conversation, note = split_note(messages)
         tools = {t.function.name: t.function.parameters or {} for t in request.tools or []}
         acting = ActingRequest(

@@ -45,6 +45,11 @@ class TwinMetrics:
             "vllm:time_to_first_token_seconds", "Time to first token.", labels,
             buckets=_LATENCY_BUCKETS, registry=r,
         ).labels(model_name)  # fmt: skip
+        # vLLM's CacheConfig as an info gauge (always 1): `doctor` reads prefix caching from it.
+        Gauge(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+            ["block_size", "enable_prefix_caching", "engine"], registry=r,
+        ).labels("16", "True", "0").set(1)  # fmt: skip
         self.model_name = model_name
 
     def finished(self, reason: str) -> None:

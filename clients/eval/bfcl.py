@@ -34,7 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from .episode import Call, Trajectory, UserTurn, Verdict
+from .episode import Call, ScriptedTurns, Trajectory, UserTurn, Verdict
 
 BFCL_EVAL_REQUIREMENT = "bfcl-eval==2026.3.23"  # the Makefile installs the same release
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
@@ -194,7 +194,7 @@ def _calls(step: dict[str, Any]) -> list[Call]:
     return [(str(name), str(arguments)) for name, arguments in step.get("calls") or []]
 
 
-class BfclSuite:
+class BfclSuite(ScriptedTurns):
     """BFCL v4 multi-turn, one category (``base`` by default)."""
 
     name = "bfcl-multi-turn"

@@ -21,7 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import UsageError
+from rehearsal_gateway.rehearsal.budget import COMMIT_RULES
+
+from ..stack import add_port_options
+from . import UsageError, tau_cli
 
 MODES = ("off", "parallel", "sequential")
 SIMULATION = (
@@ -34,33 +37,52 @@ def register(subparsers: Any) -> None:
     """Add ``eval`` to the top-level CLI."""
     p = subparsers.add_parser(
         "eval",
-        help="score rehearsal modes × budgets on BFCL multi-turn (or the twin's worlds)",
+        help="score rehearsal modes × budgets on BFCL multi-turn, τ²-Bench (or the twin's worlds)",
         description="Run a suite's tasks through the gateway for each mode and budget, execute "
         "every committed call for real, score with the suite's checker, print a table.",
+        epilog="examples:\n"
+        "  rehearsal-gateway eval --suite worlds --limit 6 --modes off,parallel --budgets 2,4\n"
+        "  rehearsal-gateway eval --gateway http://127.0.0.1:8000 --limit 20 --out runs/bfcl",
     )
-    p.add_argument("--suite", choices=["bfcl-multi-turn", "worlds"], default="bfcl-multi-turn")
+    p.add_argument(
+        "--suite",
+        choices=["bfcl-multi-turn", "worlds", "tau2", "paper"],
+        default="bfcl-multi-turn",
+        help="the tasks: BFCL multi-turn, the twin's worlds, τ²-Bench (--domain), or the paper's "
+        "table (BFCL multi-turn base and the τ² domains)",
+    )
     p.add_argument("--gateway", metavar="URL", help="a running gateway (default: start a twin)")
-    p.add_argument("--api-key", help="the gateway's API key, when it requires one")
+    p.add_argument("--api-key", help="the gateway's API key, when it requires one (default: none)")
     p.add_argument("--model", help="model to ask for (default: the gateway's first model)")
     p.add_argument("--modes", default="off,parallel,sequential", help="comma-separated")
     p.add_argument("--budgets", default="4", help="comma-separated K for the rehearsed modes")
-    p.add_argument("--commit", choices=["select", "reflect"], help="default: the gateway's")
+    p.add_argument(
+        "--commit", choices=COMMIT_RULES, help="the commit rule (default: the gateway's)"
+    )
     p.add_argument("--depth", type=int, help="imagined steps per trajectory (gateway default)")
     p.add_argument("--temperature", type=float, default=0.6, help="EnvACE's evaluation sampling")
-    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--top-p", type=float, default=0.95, help="EnvACE's evaluation sampling")
     p.add_argument("--seeds", default="0", help="comma-separated; each seed reruns every task")
-    p.add_argument("--tasks", default="", metavar="GLOB[,GLOB]", help="task ids to keep")
-    p.add_argument("--limit", type=int, help="the first N tasks (after --tasks)")
+    p.add_argument(
+        "--tasks", default="", metavar="GLOB[,GLOB]", help="task ids to keep (default: all)"
+    )
+    p.add_argument("--limit", type=int, help="the first N tasks (after --tasks; default: all)")
     p.add_argument("--category", default="base", help="BFCL multi-turn category (bfcl only)")
     p.add_argument("--worlds", default="airline,retail,bank", help="worlds suite only")
     p.add_argument("--max-steps", type=int, default=12, help="worlds suite: steps per task")
     p.add_argument("--concurrency", type=int, default=4, help="tasks in flight")
-    p.add_argument("--out", metavar="DIR", help="run directory; rerun with it to resume")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="run directory; rerun with it to resume (default: rgw-eval/SUITE-TIME)",
+    )
     p.add_argument("--plot", action="store_true", help="also write DIR/plot.png (matplotlib)")
     p.add_argument("--twin-skill", type=float, default=0.5, help="local twin only")
     p.add_argument("--twin-fidelity", type=float, default=0.95, help="local twin only")
     p.add_argument("--twin-latency-scale", type=float, default=0.05, help="scales h100 latency")
     p.add_argument("--redis", default="auto", metavar="URL|auto|none", help="local gateway's store")
+    add_port_options(p)
+    tau_cli.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -93,6 +115,8 @@ def grid_cells(args: argparse.Namespace) -> list[Any]:
 
 
 def _suite(args: argparse.Namespace, workdir: Path) -> Any:
+    if args.suite in ("tau2", "paper"):
+        return tau_cli.build_suite(args, workdir)
     if args.suite == "worlds":
         from rehearsal_gateway.twin.worlds import WORLD_NAMES
 
@@ -138,11 +162,9 @@ def gateway_models(base: str, api_key: str | None) -> list[str]:
 @contextlib.contextmanager
 def local_stack(args: argparse.Namespace, keys: list[str], workdir: Path) -> Iterator[str]:
     """An engine twin and a gateway on loopback, one API key per cell; the gateway's URL."""
-    from rehearsal_gateway.server.launcher.processes import free_ports
+    from ..stack import children, chosen_ports, spawn, store_settings, wait_ready
 
-    from ..stack import children, spawn, store_settings, wait_ready
-
-    twin_port, gateway_port = free_ports(2)
+    twin_port, gateway_port = chosen_ports(args)
     cli = [sys.executable, "-m", "rehearsal_gateway.clients.cli"]
     with store_settings(args.redis, "eval") as store, children() as started:
         twin = spawn(started, "twin", [
@@ -194,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
 def execute(args: argparse.Namespace, console: Any) -> int:
     began = time.perf_counter()
     cells = grid_cells(args)
-    seeds = _list(args.seeds, "seeds", int)
+    seeds = tau_cli.trial_seeds(args, _list(args.seeds, "seeds", int))
     if args.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     if args.plot:
@@ -207,7 +229,8 @@ def execute(args: argparse.Namespace, console: Any) -> int:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out or f"rgw-eval/{args.suite}-{stamp}")
     suite = _suite(args, out)
-    tasks = suite.task_ids(_list(args.tasks, "tasks"))[: args.limit]
+    limit = None if args.suite == "paper" else args.limit  # the paper suite's is per benchmark
+    tasks = suite.task_ids(_list(args.tasks, "tasks"))[:limit]
     if not tasks:
         raise UsageError(f"no {suite.name} task matches --tasks {args.tasks!r}")
     keys = [f"eval-{cell.name}" for cell in cells]
@@ -225,10 +248,12 @@ def execute(args: argparse.Namespace, console: Any) -> int:
             api_keys = {cell.name: key for cell, key in zip(cells, keys, strict=True)}
             console.print(f"started an engine twin and a gateway at {base} (one API key per cell)")
         models = gateway_models(base, next(iter(api_keys.values())))
+        tau_cli.check_engine(base, next(iter(api_keys.values())))
         model = args.model or (models[0] if models else "")
+        from .paper import PaperRun
         from .run import GridRun
 
-        grid = GridRun(
+        grid = (PaperRun if args.suite == "paper" else GridRun)(
             suite=suite, cells=cells, seeds=seeds, tasks=tasks, out=out, base=base,
             api_keys=api_keys, manifest=_manifest(args, suite, model),
             simulation=not args.gateway,

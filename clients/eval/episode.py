@@ -7,7 +7,7 @@ BFCL's function-calling handler runs (``inference_multi_turn_FC``): per user tur
 committed turn as returned, execute its calls and answer every id with a ``tool`` message, until
 the model answers in text or its calls cannot be decoded; more than ``step_limit`` executed steps
 in one user turn force-quits the task. Around that it records what the gateway reports: usage,
-the rehearsal summary, the stored trace (engine calls, vetoes by code) and the fidelity feedback.
+the rehearsal summary, the stored trace (engine calls, vetoes by kind) and the fidelity feedback.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from .. import vetoes
 from ..agent import assistant_message
 from ..client import (
     AsyncRehearsalClient,
@@ -173,15 +174,10 @@ class Recorder:
             trace = await self.client.trace(rehearsed.id)
         except GatewayError:
             episode.traces_missing += 1
-            self.vetoes["unknown"] += rehearsed.vetoes
+            self.vetoes.update(vetoes.from_summary(rehearsed))
             return
         episode.engine_calls += sum(int(n) for n in (trace.get("engine_calls") or {}).values())
-        for trajectory in trace.get("trace") or []:
-            for step in trajectory.get("steps") or []:
-                for observation in step.get("observations") or []:
-                    outcome = str(observation.get("outcome") or "")
-                    if outcome.startswith("veto:"):
-                        self.vetoes[outcome.removeprefix("veto:")] += 1
+        self.vetoes.update(vetoes.from_trace(trace))
 
     def _feedback(self, item: Any) -> None:
         """One fed-back real result: did imagination predict its outcome, and how closely."""
@@ -280,3 +276,17 @@ async def run_episode(
     episode.success = verdict.valid
     episode.verdict = {k: v for k, v in asdict(verdict).items() if v is not None}
     return episode
+
+
+class ScriptedTurns:
+    """A suite whose tasks script their user turns (BFCL, the worlds): played by ``run_episode``."""
+
+    step_limit: int
+
+    async def play(
+        self, client: AsyncRehearsalClient, task: TaskRun, episode: Episode, cell: Cell,
+        sampling: Sampling, *, session: str,
+    ) -> Episode:  # fmt: skip
+        return await run_episode(
+            client, task, episode, cell, sampling, step_limit=self.step_limit, session=session
+        )

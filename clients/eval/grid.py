@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..client import AsyncRehearsalClient
-from .episode import Cell, Episode, Sampling, TaskRun, run_episode
+from .episode import Cell, Episode, Sampling, TaskRun
 from .results import RunDir
 
 
 class Suite(Protocol):
-    """What the grid needs from a suite (``BfclSuite``, ``WorldsSuite``)."""
+    """What the grid needs from a suite (``BfclSuite``, ``WorldsSuite``, ``TauSuite``, …)."""
 
     name: str
     step_limit: int
@@ -28,6 +28,13 @@ class Suite(Protocol):
     def task_ids(self, patterns: Sequence[str] = ()) -> list[str]: ...
 
     def start(self, task_id: str) -> TaskRun: ...
+
+    async def play(
+        self, client: AsyncRehearsalClient, task: Any, episode: Episode, cell: Cell,
+        sampling: Sampling, *, session: str,
+    ) -> Episode:  # fmt: skip
+        """Work ``task`` through the gateway to its verdict (the suite's own loop)."""
+        ...
 
     def manifest(self) -> dict[str, Any]: ...
 
@@ -80,9 +87,9 @@ class Grid:
         # A fresh session per attempt: a redone episode must not see a killed attempt's memory.
         session = f"eval-{self.run_id}-{job.cell.name}-{job.seed}-{job.task}-{attempt}"
         try:
-            await run_episode(
+            await self.suite.play(
                 self.clients[job.cell.name], task, episode, job.cell, self.sampling,
-                step_limit=self.suite.step_limit, session=session,
+                session=session,
             )  # fmt: skip
         finally:
             task.release()

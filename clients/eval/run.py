@@ -3,7 +3,8 @@
 It opens the run directory (refusing one that holds another experiment), says how much of the
 grid is already done, runs the rest with a progress bar per cell, and — also after a partial
 run, so that what finished is visible — prints the tables and writes summary.json, summary.csv
-and, when asked, plot.png. A run stopped by the gateway exits 1 and says how to continue.
+and plot.png (when matplotlib is installed; `--plot` insists on it). A run stopped by the gateway
+exits 1 and says how to continue.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..client import AsyncRehearsalClient, GatewayError
 from . import UsageError, report
-from .episode import Cell, Sampling
+from .episode import Cell, Episode, Sampling
 from .grid import Grid, Suite, pending_jobs
 from .results import RunDir, RunMismatch
 from .summary import summarize, to_csv
@@ -87,7 +88,8 @@ class GridRun:
         }
         run_dir.write("summary.json", json.dumps(document, indent=2) + "\n")
         run_dir.write("summary.csv", to_csv(rows))
-        if plot:
+        self.report(console, episodes, run_dir)
+        if plot or report.can_plot():
             plot_path = report.plot(rows, self.out / "plot.png", self.title)
             console.print(f"plot: {plot_path}")
         if failure is not None:
@@ -96,7 +98,11 @@ class GridRun:
                 f"{self.out}: run the same command with --out {self.out} to continue."
             )
             return 1
-        return 0
+        return 1 if report_refusals(console, episodes.values()) else 0
+
+    def report(self, console: Any, episodes: dict[tuple[str, int, str], Episode],
+               run_dir: RunDir) -> None:  # fmt: skip
+        """A suite's own figures beside the tables (none here; the paper suite's table)."""
 
     async def _run_jobs(
         self, jobs: Sequence[Any], run_dir: RunDir, sampling: Sampling, concurrency: int,
@@ -130,3 +136,19 @@ class GridRun:
             loop.remove_signal_handler(signal.SIGTERM)
             for client in clients.values():
                 await client.close()
+
+
+def report_refusals(console: Any, episodes: Iterable[Any]) -> bool:
+    """Print, per cell, how many episodes the gateway refused and the first reason; any?"""
+    refused: dict[str, list[str]] = {}
+    for episode in episodes:
+        if episode.request_error is not None:
+            refused.setdefault(episode.cell, []).append(episode.request_error)
+    for cell, reasons in sorted(refused.items()):
+        console.print(
+            f"[red]refused:[/red] {cell}: the gateway refused {len(reasons)} episode(s): "
+            f"{reasons[0]}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return bool(refused)

@@ -7,6 +7,9 @@
   test), so a difference carried by three tasks is not read as a finding;
 - **fidelity**: first *outcome agreement* — did imagination predict error vs success of the call
   that was then really made — then the gateway's *structural* similarity of imagined to real;
+- **pass^k** (τ²-Bench's reliability figure): per task, the chance that k of its n runs (seeds)
+  drawn without replacement all pass, ``C(c, k) / C(n, k)`` for c passes, averaged over tasks;
+  pass^1 is the success rate;
 - **cost per turn** (one turn = one request to the gateway): engine calls, tokens (prompt,
   cached, completion, as ``usage`` bills them: acting + rehearsal + commit) and latency p50/p90.
 """
@@ -49,6 +52,23 @@ def sign_test(wins: int, losses: int) -> float | None:
     return min(1.0, 2 * tail)
 
 
+def pass_hat_k(episodes: Sequence[Episode]) -> dict[str, float]:
+    """pass^k for k = 1 … the fewest runs any task had (τ²'s formula, arXiv 2406.12045)."""
+    runs: dict[str, list[bool]] = {}
+    for episode in episodes:
+        runs.setdefault(episode.task, []).append(episode.success)
+    if not runs:
+        return {}
+    most = min(len(results) for results in runs.values())
+    return {
+        str(k): round(
+            statistics.fmean(math.comb(sum(r), k) / math.comb(len(r), k) for r in runs.values()),
+            4,
+        )
+        for k in range(1, most + 1)
+    }
+
+
 def percentile(values: Sequence[float], q: int) -> float | None:
     """The ``q``-th percentile, linear between closest ranks (None for no values)."""
     if not values:
@@ -89,6 +109,7 @@ class CellSummary:
     latency_p50_ms: float | None = None
     latency_p90_ms: float | None = None
     degraded: dict[str, int] = field(default_factory=dict)
+    pass_hat_k: dict[str, float] = field(default_factory=dict)
 
     @property
     def veto_total(self) -> int:
@@ -104,6 +125,8 @@ class CellSummary:
         for kind in TOKEN_KINDS:
             row[f"{kind}_tokens_per_turn"] = self.tokens_per_turn.get(kind, 0.0)
         row["degraded"] = ";".join(f"{k}:{v}" for k, v in sorted(self.degraded.items()))
+        for k, value in self.pass_hat_k.items():
+            row[f"pass^{k}"] = value
         return row
 
 
@@ -114,6 +137,7 @@ def summarize_cell(cell: Cell, episodes: list[Episode], baseline: list[Episode])
     row.successes = sum(e.success for e in episodes)
     row.success_rate = row.successes / row.episodes if row.episodes else 0.0
     row.ci_low, row.ci_high = wilson(row.successes, row.episodes)
+    row.pass_hat_k = pass_hat_k(episodes)
     if cell.mode != "off" and baseline:
         off = {(e.seed, e.task): e.success for e in baseline}
         pairs = [(e.success, off[(e.seed, e.task)]) for e in episodes if (e.seed, e.task) in off]
@@ -173,7 +197,9 @@ def summarize(
 def to_csv(rows: Sequence[CellSummary]) -> str:
     buffer = io.StringIO()
     records = [row.csv_row() for row in rows]
-    writer = csv.DictWriter(buffer, fieldnames=list(records[0]) if records else ["cell"])
+    # A partial run can leave cells with fewer runs per task, so fewer pass^k columns.
+    fieldnames = list(dict.fromkeys(key for record in records for key in record)) or ["cell"]
+    writer = csv.DictWriter(buffer, fieldnames=fieldnames, restval="")
     writer.writeheader()
     writer.writerows(records)
     return buffer.getvalue()

@@ -15,7 +15,7 @@ from typing import Any
 
 from rehearsal_gateway.twin.worlds import WORLD_NAMES, Task, World, load_world
 
-from .episode import Call, Trajectory, UserTurn, Verdict
+from .episode import Call, ScriptedTurns, Trajectory, UserTurn, Verdict
 
 
 class WorldTask:
@@ -63,7 +63,7 @@ class WorldTask:
         """The state is this object's own: nothing to let go of."""
 
 
-class WorldsSuite:
+class WorldsSuite(ScriptedTurns):
     """The twin's worlds, every task of each."""
 
     name = "worlds"

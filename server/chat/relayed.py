@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import orjson
 
+from ... import __version__
 from ..chat_call import PASSTHROUGH, JsonAnswer
 from ..engines.calls import StreamAnswer
 from ..engines.pool import affinity_key
@@ -35,6 +36,8 @@ class RelayedRoute:
     method: str = "POST"
     streams: bool = False  # ``"stream": true`` in the body asks for SSE
     what: str = ""
+    # The engine's JSON object answer gains ``gateway_version``: /version tells both versions.
+    with_gateway_version: bool = False
 
 
 RELAYED: tuple[RelayedRoute, ...] = (
@@ -46,7 +49,12 @@ RELAYED: tuple[RelayedRoute, ...] = (
     RelayedRoute("/v1/responses/{response_id}/cancel", what="cancel a background response"),
     RelayedRoute("/tokenize", what="prompt or chat messages to token ids"),
     RelayedRoute("/detokenize", what="token ids to text"),
-    RelayedRoute("/version", "GET", what="the engine's vLLM version"),
+    RelayedRoute(
+        "/version",
+        "GET",
+        what="the engine's vLLM version, and the gateway's",
+        with_gateway_version=True,
+    ),
     RelayedRoute("/invocations", streams=True, what="SageMaker's entry point"),
     RelayedRoute("/generative_scoring", what="scores of candidate continuations"),
     RelayedRoute("/v1/systemone", what="structured decisions"),
@@ -119,7 +127,7 @@ class RouteRelay:
                 None, role="act", model=None, affinity=b"", label=PASSTHROUGH,
                 path=path, method="GET",
             )  # fmt: skip
-            return JsonAnswer(body)
+            return JsonAnswer(with_gateway_version(body) if route.with_gateway_version else body)
         request = decode_json_object(raw)
         requested = request.get("model")
         if requested is not None and not isinstance(requested, str):
@@ -135,3 +143,14 @@ class RouteRelay:
             payload, role="act", model=model, affinity=affinity, label=PASSTHROUGH, path=path
         )
         return JsonAnswer(body)
+
+
+def with_gateway_version(body: bytes) -> bytes:
+    """An engine's JSON object answer with the gateway's own version beside the engine's."""
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    if not isinstance(answer, dict):
+        return body
+    return orjson.dumps({**answer, "gateway_version": __version__})

@@ -30,6 +30,7 @@ from ..protocol import (
 from ..rehearse.feedback import Feedback
 from ..rehearse.service import RehearsalRun, RehearsalService
 from ..settings import Role
+from .model_switch import ModelSwitch
 from .precheck import HeadPrecheck
 
 ChatAnswer = JsonAnswer | StreamAnswer | RehearsalRun
@@ -128,8 +129,11 @@ class ChatService:
         rehearsal: RehearsalService,
         feedback: Feedback,
         precheck: HeadPrecheck | None = None,
+        switch: ModelSwitch | None = None,
     ) -> None:
         self.pool = pool
+        # None: no model-name switch offered (server/chat/model_switch.py).
+        self.switch = switch if switch is not None and switch.enabled else None
         self.calls = calls
         self.rehearsal = rehearsal
         self.feedback = feedback
@@ -151,6 +155,13 @@ class ChatService:
         rehearse is checked whole, since rehearsal builds requests of its own from it.
         """
         body = decode_json_object(raw)
+        switched = False
+        if self.switch is not None and isinstance(body.get("model"), str):
+            found = self.switch.split(body["model"])
+            if found is not None:
+                body["model"], knobs = found
+                headers = {**knobs, **(headers or {})}  # the request's own headers win
+                switched = True
         try:
             budget = self.rehearsal.budget_for(body, headers or {})
         except InvalidRequest:
@@ -166,7 +177,7 @@ class ChatService:
             request = fields  # the Rust pre-check passed it (server/chat/precheck.py)
         model = self.pool.resolve_model(request.model)
         payload = raw
-        if model != request.model or "rehearsal" in body:
+        if switched or model != request.model or "rehearsal" in body:
             # ``rehearsal`` is ours: an engine must never see it (vLLM would reject it).
             engine_body = {k: v for k, v in body.items() if k != "rehearsal"}
             payload = orjson.dumps({**engine_body, "model": model})

@@ -267,9 +267,11 @@ class EngineClient:
     async def probe(self, engine: Engine) -> Probe:
         """One health check: liveness, queue depth and served models. Never raises.
 
-        Each of its calls must answer within ``probe_timeout``. A router's queue depth is not
-        read: its ``/metrics`` is one of its engines' (whichever it forwards to), and the
-        fleet's load is the router's to balance anyway.
+        Each of its calls must answer within ``probe_timeout``; a pooled socket that was reset or
+        closed under it is retried as a chat call's is, so stale sockets (an engine restarted, an
+        idle socket closed by a proxy) do not count against a live engine. A router's queue
+        depth is not read: its ``/metrics`` is one of its engines' (whichever it forwards to),
+        and the fleet's load is the router's to balance anyway.
         """
         headers = {**PROBE_HEADERS, **engine.headers}
 
@@ -278,7 +280,7 @@ class EngineClient:
                 "GET", url, headers, None, self.probe_timeout, engine.server_name
             )
             async with asyncio.timeout(self.probe_timeout):
-                response = await self.transport.send(request)
+                response = await self._send(engine, lambda: self.transport.send(request))
                 return response.status, await response.read()
 
         depth = 0.0
@@ -286,7 +288,8 @@ class EngineClient:
         try:
             health, _ = await get(engine.root_url + engine.health_path)
             if health != 200:
-                return Probe(healthy=False, models=engine.models)
+                reason = f"{engine.health_path} answered HTTP {health}"
+                return Probe(healthy=False, models=engine.models, reason=reason)
             status, models = await get(engine.base_url + "/models")
             if engine.router is None:
                 metrics, exposition = await get(engine.root_url + "/metrics")
@@ -294,10 +297,12 @@ class EngineClient:
                     text = exposition.decode("utf-8", "replace")
                     depth, generated = queue_depth(text), generated_tokens(text)
         except TimeoutError:
-            return Probe(healthy=False, models=engine.models, timed_out=True)
+            reason = f"no answer within {self.probe_timeout:g} s"
+            return Probe(healthy=False, models=engine.models, timed_out=True, reason=reason)
         except httpx.HTTPError as exc:
             timed_out = isinstance(exc, httpx.TimeoutException) and not is_reset(exc)
-            return Probe(healthy=False, models=engine.models, timed_out=timed_out)
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return Probe(healthy=False, models=engine.models, timed_out=timed_out, reason=reason)
         cards = model_cards(models) if status == 200 else ()
         return Probe(
             healthy=True,

@@ -44,6 +44,7 @@ class Probe:
     generated: float | None = None  # the engine's vllm:generation_tokens_total, when it tells
     models: tuple[str, ...] = ()
     cards: tuple[dict[str, Any], ...] = ()  # the engine's /v1/models entries, as it wrote them
+    reason: str = ""  # why an unhealthy probe failed, in a few words, for the operator's log
 
 
 @dataclass(eq=False, slots=True)
@@ -73,6 +74,8 @@ class Engine:
     progress_at: float = 0.0  # time.monotonic() of the last byte of real traffic
     probed_at: float = 0.0  # when the previous probe round started
     hung: bool = False  # taken out by probes: nothing answered at all
+    down_reason: str = ""  # the last failed probe's reason while the engine is out
+    down_logged_at: float = 0.0  # time.monotonic() of the last warning that it is still out
     # Taken out by the stall watch: calls and a canary went unanswered while its probes passed;
     # only an answered canary brings it back (server/engines/stalls.py).
     stalled: bool = False

@@ -19,6 +19,8 @@ from ..telemetry.readiness import CheckResult
 from .engine import Engine, Probe
 
 log = logging.getLogger("rehearsal_gateway.engines")
+# While an engine stays out, the warning that names it and why comes again this often.
+DOWN_REMINDER_S = 60.0
 
 
 class PoolHealth:
@@ -69,8 +71,14 @@ class PoolHealth:
             if engine.probe_failures < self.health_failures and engine.healthy:
                 return
         healthy = probe.healthy and not engine.stalled  # a stalled one waits for a canary
-        if healthy != engine.healthy:
-            log.info("engine %s is %s", engine.name, "healthy" if healthy else "unhealthy")
+        if healthy:
+            if not engine.healthy:
+                log.info("engine %s is healthy", engine.name)
+            engine.down_reason = ""
+        else:
+            self._warn_down(
+                engine, probe.reason if not probe.healthy else "stalled: a canary went unanswered"
+            )
         if engine.healthy and not healthy:
             self.metrics.engine_ejected(engine.name, "probes")
             if probe.timed_out:
@@ -121,6 +129,19 @@ class PoolHealth:
         self.metrics.engine_state(engine.name, healthy=True, queue_depth=engine.queue_depth)
         if self._waiting:
             await self._notify_all()
+
+    def _warn_down(self, engine: Engine, reason: str) -> None:
+        """Warn that an engine is out, naming its URL and why: when it goes (or starts) out,
+        and again every ``DOWN_REMINDER_S`` while it stays out."""
+        now = time.monotonic()
+        changed = engine.healthy or reason != engine.down_reason or not engine.down_logged_at
+        if not changed and now - engine.down_logged_at < DOWN_REMINDER_S:
+            return
+        engine.down_reason, engine.down_logged_at = reason, now
+        log.warning(
+            "engine %s (%s) is unreachable: %s; routing around it until a probe passes",
+            engine.name, engine.base_url, reason or "unhealthy", extra={"engine": engine.name},
+        )  # fmt: skip
 
     async def check_all(self, probe: Callable[[Engine], Awaitable[Probe]]) -> None:
         """Probe every engine once, concurrently."""

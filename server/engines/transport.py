@@ -2,10 +2,10 @@
 
 ``EngineClient`` (``server/engines/client.py``) sends every engine call through an
 ``EngineTransport`` and nothing else, the way httpx's client sends through its
-``AsyncBaseTransport``. The lifespan chooses the transport (``RGW_ENGINE_TRANSPORT``,
-``server/engines/transports.py``); a test hands in its own (``ScriptedTransport``,
-``server/engines/testing.py``), and everything above the seam runs as it serves: retries, every
-wait's bound, error translation, SSE framing, usage accounting.
+``AsyncBaseTransport``. The lifespan chooses the transport (``RGW_ENGINE_TRANSPORT``: the wire,
+``server/engines/wire.py``, or aiohttp's client, ``server/engines/transports.py``); a test hands
+in its own (``ScriptedTransport``, ``server/engines/testing.py``), and everything above the seam
+runs as it serves: retries, every wait's bound, error translation, SSE framing, usage accounting.
 
 The contract:
 

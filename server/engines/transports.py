@@ -1,4 +1,4 @@
-"""The engine transport the lifespan builds: aiohttp's client behind the seam, on its public API.
+"""aiohttp's client behind the engine seam, on its public API (``RGW_ENGINE_TRANSPORT=aiohttp``).
 
 One ``aiohttp.ClientSession`` and its ``TCPConnector``, sized and bounded from the settings: a
 cap on open sockets (room for every engine's slots), idle sockets closed after
@@ -7,9 +7,9 @@ gateway is about to reuse), the connect bound each request carries, one TLS cont
 engines (``RGW_ENGINE_CA_FILE``), no proxy variables read. aiohttp's failures become httpx's
 exception classes here, once (``server/engines/transport.py`` lists them).
 
-Why aiohttp: per pass-through request it is the cheapest maintained asyncio client we measured
-(httpx's own transport costs more CPU and closes idle sockets only when it is next used), and a
-hand-written client bought too little over it to keep (docs/decisions/0102-engine-transport.md).
+Why aiohttp beside the default wire (``server/engines/wire.py``): it is the cheapest maintained
+asyncio client we measured, for whoever prefers a maintained client to the wire's CPU saving
+(docs/decisions/0104-wire-behind-the-seam.md). ``socket_cap`` and ``tls_context`` serve both.
 """
 
 from __future__ import annotations

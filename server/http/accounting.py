@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..chat_call import PASSTHROUGH
 from ..telemetry.logs import (
+    ERROR_STATE_KEY,
     REQUEST_ID_HEADER,
     REQUEST_LOGGER,
     RequestRecord,
@@ -123,6 +124,7 @@ def account(
                 record, tenant=state.get(TENANT_STATE_KEY), status=status, outcome=outcome,
                 mode=PASSTHROUGH,
                 elapsed=elapsed, waited=clock.waited, rehearsal=None,
+                error=state.get(ERROR_STATE_KEY),
             )  # fmt: skip
             request_log.info("relayed request", extra={**fields, "route": relayed})
         return
@@ -140,5 +142,6 @@ def account(
             elapsed=elapsed, waited=clock.waited,
             rehearsal=state.get(REHEARSAL_STATE_KEY),
             content=state.get(CONTENT_STATE_KEY),
+            error=state.get(ERROR_STATE_KEY),
         )  # fmt: skip
         request_log.info("chat request", extra=fields)

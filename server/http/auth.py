@@ -18,7 +18,8 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors import Unauthorized, error_status_and_body
+from ..errors import Unauthorized, error_status_and_body, log_fields
+from ..telemetry.logs import ERROR_STATE_KEY
 
 DEFAULT_TENANT = "default"
 TENANT_STATE_KEY = "tenant"
@@ -81,6 +82,7 @@ class ApiKeyMiddleware:
         try:
             state[TENANT_STATE_KEY] = self.keyring.authenticate(authorization_of(scope["headers"]))
         except Unauthorized as exc:
+            state[ERROR_STATE_KEY] = log_fields(exc)
             status, headers, body = refusal(exc)
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body})

@@ -26,7 +26,9 @@ from ..errors import (
     RateLimited,
     error_status_and_body,
     internal_error_body,
+    log_fields,
 )
+from ..telemetry.logs import ERROR_STATE_KEY
 from .relay import ClientDisconnected
 
 log = logging.getLogger("rehearsal_gateway.server")
@@ -44,7 +46,11 @@ def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _internal_error)
 
 
-def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> Response:
+def _error_response(
+    request: Request, exc: GatewayError, headers: dict[str, str] | None = None
+) -> Response:
+    # The request's log line says which error it was answered with (server/http/accounting.py).
+    request.scope.setdefault("state", {})[ERROR_STATE_KEY] = log_fields(exc)
     status, body = error_status_and_body(exc)
     return Response(body, status, headers=headers, media_type="application/json")
 
@@ -52,24 +58,27 @@ def _error_response(exc: GatewayError, headers: dict[str, str] | None = None) ->
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     if isinstance(exc, BodyTimeout):  # the rest of the body may still come: not on this socket
-        return _error_response(exc, headers={"connection": "close"})
-    return _error_response(exc, exc.headers() if isinstance(exc, RateLimited) else None)
+        return _error_response(request, exc, headers={"connection": "close"})
+    return _error_response(request, exc, exc.headers() if isinstance(exc, RateLimited) else None)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
         return _error_response(
+            request,
             MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"),
             headers=dict(exc.headers or {}),
         )
     if exc.status_code == 404:
-        return _error_response(NotFound(f"no route for {request.url.path}"))
-    return _error_response(InvalidRequest(str(exc.detail)))
+        return _error_response(request, NotFound(f"no route for {request.url.path}"))
+    return _error_response(request, InvalidRequest(str(exc.detail)))
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
-    return _error_response(InvalidRequest("the request does not match the endpoint's schema"))
+    return _error_response(
+        request, InvalidRequest("the request does not match the endpoint's schema")
+    )
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:

@@ -12,7 +12,8 @@ import secrets
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors import RateLimited, error_status_and_body
+from ..errors import RateLimited, error_status_and_body, log_fields
+from ..telemetry.logs import ERROR_STATE_KEY
 from .auth import DEFAULT_TENANT, TENANT_STATE_KEY
 from .state import STATE_KEY, GatewayState
 
@@ -35,6 +36,7 @@ class FairUseMiddleware:
         try:
             leased = await fair_use.enter(tenant, request_id)
         except RateLimited as exc:
+            state[ERROR_STATE_KEY] = log_fields(exc)
             await _refuse(send, exc)
             return
         try:

@@ -142,7 +142,8 @@ async def get_rehearsal(request: Request, rehearsal_id: str) -> Response:
 
 @router.get("/v1/models", responses={**json_answer(ModelList, "The served models"), **errors(401)})
 async def list_models(request: Request) -> Response:
-    """The engines' served models as the engines list them, then the configured aliases.
+    """The engines' served models as the engines list them, then the configured aliases, then
+    each of those under each model-name switch offered (``parent`` naming the plain name).
 
     An engine's entry is relayed untouched (``max_model_len``, ``root``, ``permission``, …). An
     alias is a copy of its served model's entry under the alias's ``id``, with ``parent`` naming
@@ -155,6 +156,13 @@ async def list_models(request: Request) -> Response:
     for alias, served in pool.aliases.items():
         base = pool.model_card(served) or ModelCard(id=served, root=served).model_dump()
         cards.append({**base, "id": alias, "parent": served})
+    switch = gateway_of(request).chat.switch
+    if switch is not None:  # MODEL@parallel-4 and the like (server/chat/model_switch.py)
+        cards += [
+            {**card, "id": name, "parent": card["id"]}
+            for card in list(cards)
+            for name in switch.names(str(card["id"]))
+        ]
     return Response(orjson.dumps({"object": "list", "data": cards}), media_type=JSON)
 
 

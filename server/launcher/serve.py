@@ -1,7 +1,7 @@
 """``rehearsal-gateway serve``: run the gateway with uvicorn.
 
 Flags become ``RGW_*`` variables, so flags, environment and worker processes all read one
-``GatewaySettings``. The settings are printed at start with every secret masked. With
+``GatewaySettings``. The settings are logged at start as one JSON line, every secret masked. With
 ``--workers N`` (N > 1) uvicorn starts N processes that each build the app from the environment,
 and Prometheus metrics switch to multiprocess mode in a shared directory. Every log record is
 written to stderr as one JSON line (``server/telemetry/logs.py``), in each worker.
@@ -16,10 +16,36 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ...rehearsal.budget import COMMIT_RULES, MODES
+
 if TYPE_CHECKING:
     from ..settings import GatewaySettings
 
 ENV_PREFIX = "RGW_"
+# Each flag and the setting it sets (``server/settings.py``): a flag wins over the setting's
+# RGW_* variable, which wins over the --config file.
+FLAG_SETTINGS: dict[str, str] = {
+    "--engine": "engines",
+    "--rehearsal-engine": "rehearsal_engines",
+    "--alias": "aliases",
+    "--discovery-interval": "discovery_interval",
+    "--redis": "redis_url",
+    "--host": "host",
+    "--port": "port",
+    "--workers": "workers",
+    "--api-key": "api_keys",
+    "--engine-scheduling": "engine_scheduling",
+    "--log-level": "log_level",
+    "--rehearsal-mode": "rehearsal_mode",
+    "--rehearsal-budget": "rehearsal_budget",
+    "--rehearsal-depth": "rehearsal_depth",
+    "--rehearsal-commit": "rehearsal_commit",
+    "--rehearsal-deadline-ms": "rehearsal_deadline_ms",
+    "--model-switch": "model_switch",
+}
+EXAMPLE = """examples:
+  rehearsal-gateway serve --engine http://127.0.0.1:8100/v1 --port 8000
+  rehearsal-gateway serve --config gateway.yaml --rehearsal-mode parallel --rehearsal-budget 4"""
 
 
 def register(subparsers: Any) -> None:
@@ -27,14 +53,31 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run the OpenAI-compatible gateway in front of one or more vLLM engines",
-        description="Run the gateway. Every flag can also be set as an RGW_* variable.",
+        description="Run the gateway. Every flag is also an RGW_* variable and a key of the "
+        "--config file; a flag wins over the variable, the variable over the file "
+        "(docs/configuration.md).",
+        epilog=EXAMPLE,
+    )
+    add_settings_flags(parser)
+    parser.add_argument(
+        "--access-log", action="store_true", help="log every request line (off by default)"
+    )
+    parser.set_defaults(func=run)
+
+
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that set settings (``serve``'s, and ``config``'s and ``doctor``'s with them)."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a YAML file of settings (env RGW_CONFIG; default: none)",
     )
     parser.add_argument(
         "--engine",
         action="append",
         metavar="URL[,name=N][,roles=act+rehearse][,model=M][,max_concurrency=C][,discover=dns]",
-        help="an engine's OpenAI base URL, e.g. http://127.0.0.1:8100/v1 (repeatable); with "
-        "discover=dns the host stands for every address it resolves to",
+        help="an engine's OpenAI base URL (repeatable); with discover=dns the host stands for "
+        "every address it resolves to (default http://127.0.0.1:8100/v1)",
     )
     parser.add_argument(
         "--rehearsal-engine",
@@ -50,9 +93,14 @@ def register(subparsers: Any) -> None:
         help="how often a discover=dns engine name is resolved again (default 10)",
     )
     parser.add_argument(
-        "--alias", action="append", metavar="PUBLIC=SERVED", help="a public model name (repeatable)"
+        "--alias",
+        action="append",
+        metavar="PUBLIC=SERVED",
+        help="a public model name (repeatable; default: none)",
     )
-    parser.add_argument("--redis", metavar="URL", help="Redis URL for rehearsal memory")
+    parser.add_argument(
+        "--redis", metavar="URL", help="Redis URL for rehearsal memory (default: in-process store)"
+    )
     parser.add_argument("--host", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="listen port (default 8000)")
     parser.add_argument("--workers", type=int, help="uvicorn worker processes (default 1)")
@@ -60,7 +108,8 @@ def register(subparsers: Any) -> None:
         "--api-key",
         action="append",
         metavar="KEY",
-        help="require this bearer key (repeatable; prefer RGW_API_KEYS, flags show in `ps`)",
+        help="require this bearer key (repeatable; prefer RGW_API_KEYS, flags show in `ps`; "
+        "default: no key required)",
     )
     parser.add_argument(
         "--engine-scheduling",
@@ -68,61 +117,73 @@ def register(subparsers: Any) -> None:
         help="the engines' vLLM --scheduling-policy; with priority, rehearsal calls yield to "
         "commits and pass-through (default fcfs)",
     )
-    parser.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"))
-    parser.add_argument("--access-log", action="store_true", help="log every request line")
-    parser.set_defaults(func=run)
+    parser.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="the lowest level logged (default info)",
+    )
+    rehearsal = parser.add_argument_group(
+        "rehearsal defaults", "what a request that sets no knob of its own gets"
+    )
+    rehearsal.add_argument(
+        "--rehearsal-mode", choices=MODES, help="the default mode (default off: a drop-in proxy)"
+    )
+    rehearsal.add_argument(
+        "--rehearsal-budget", type=int, metavar="K", help="imagined trajectories (default 4)"
+    )
+    rehearsal.add_argument(
+        "--rehearsal-depth", type=int, metavar="D", help="imagined steps each (default 1)"
+    )
+    rehearsal.add_argument(
+        "--rehearsal-commit", choices=COMMIT_RULES, help="the commit rule (default anchored)"
+    )
+    rehearsal.add_argument(
+        "--rehearsal-deadline-ms", type=int, metavar="MS", help="rehearsal deadline (default 20000)"
+    )
+    rehearsal.add_argument(
+        "--model-switch",
+        metavar="SUFFIX[,SUFFIX]",
+        help="model-name switches offered, e.g. parallel-4,sequential-2: a client asking for "
+        "MODEL@parallel-4 gets that rehearsal (default: none, the switch is off)",
+    )
 
 
-class SettingsRefused(ValueError):
-    """The flags and ``RGW_*`` variables do not make settings the gateway can run with."""
+def _flag_text(value: object) -> str:
+    import orjson
+
+    if isinstance(value, list):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def given_of(args: argparse.Namespace) -> Any:
+    """What the flags of ``args`` set: each setting with its flag and its value's text."""
+    from .sources import Given
+
+    flags: dict[str, tuple[str, str]] = {}
+    for flag, name in FLAG_SETTINGS.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if value is None:
+            continue
+        text = ",".join(value) if flag == "--alias" else _flag_text(value)
+        flags[name] = (flag, text)
+    return Given(flags, getattr(args, "config", None))
 
 
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
-    """Export the flags as ``RGW_*`` variables and read the settings ``serve`` would run with.
+    """Read and check the settings ``serve`` would run with (``sources.load_settings``).
 
     ``up`` calls this before it starts any engine, so a mistake costs no minutes of loading.
     """
-    from pydantic import ValidationError
-
-    from ..settings import GatewaySettings
-
-    _export(args)
-    try:
-        settings = GatewaySettings()
-    except ValidationError as exc:
-        raise SettingsRefused(f"invalid settings\n{exc}") from exc
-    if settings.workers > 1 and settings.redis_url is None:
-        raise SettingsRefused(
-            "--workers > 1 needs --redis URL (RGW_REDIS_URL): with the in-process store each "
-            "worker would keep its own rehearsal memory, and a tool result reaching another "
-            "worker than the one that committed the call would be lost"
-        )
+    settings: GatewaySettings = loaded_from_args(args).settings
     return settings
 
 
-def _export(args: argparse.Namespace) -> None:
-    import orjson
+def loaded_from_args(args: argparse.Namespace) -> Any:
+    """The settings with where each value came from; ``SettingsRefused`` names what is wrong."""
+    from .sources import load_settings
 
-    values: dict[str, str | None] = {
-        "ENGINES": orjson.dumps(args.engine).decode() if args.engine else None,
-        "REHEARSAL_ENGINES": (
-            orjson.dumps(args.rehearsal_engine).decode()
-            if getattr(args, "rehearsal_engine", None)
-            else None
-        ),
-        "ALIASES": ",".join(args.alias) if args.alias else None,
-        "DISCOVERY_INTERVAL": _text(args.discovery_interval),
-        "REDIS_URL": args.redis,
-        "HOST": args.host,
-        "PORT": _text(args.port),
-        "WORKERS": _text(args.workers),
-        "API_KEYS": orjson.dumps(args.api_key).decode() if args.api_key else None,
-        "LOG_LEVEL": args.log_level,
-        "ENGINE_SCHEDULING": getattr(args, "engine_scheduling", None),
-    }
-    for name, value in values.items():
-        if value is not None:
-            os.environ[ENV_PREFIX + name] = value
+    return load_settings(given_of(args))
 
 
 def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
@@ -149,33 +210,38 @@ def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
     }
 
 
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
+def refusal(command: str, exc: Exception) -> str:
+    """A refusal's lines, each prefixed with the command, as a shell user reads them."""
+    return "\n".join(f"rehearsal-gateway {command}: {line}" for line in str(exc).splitlines())
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the gateway and block until it stops."""
-    import orjson
+    import logging.config
+
     import uvicorn
 
     from ..settings import GatewaySettings
     from ..telemetry.logs import log_config
+    from .sources import SettingsRefused
 
     try:
         settings = settings_from_args(args)
     except SettingsRefused as exc:
-        print(f"rehearsal-gateway serve: {exc}", file=sys.stderr)
+        print(refusal("serve", exc), file=sys.stderr)
         return 2
-    if settings.redis_url is None:
-        print("rehearsal store: in-process (no Redis URL configured; one process only)", flush=True)
     if settings.workers > 1 and settings.metrics_dir is None:
         metrics_dir = tempfile.mkdtemp(prefix="rgw-metrics-")
         os.environ[ENV_PREFIX + "METRICS_DIR"] = metrics_dir
         settings = GatewaySettings()
     if settings.metrics_dir is not None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = settings.metrics_dir
-    shown = orjson.dumps(settings.masked(), option=orjson.OPT_INDENT_2).decode()
-    print(f"rehearsal-gateway serve, settings:\n{shown}", flush=True)
+    # One JSON line like every other (secrets masked); `rehearsal-gateway config` shows the same
+    # settings readably, each with where its value came from.
+    logging.config.dictConfig(log_config(settings.log_level))
+    logging.getLogger("rehearsal_gateway.server").info(
+        "settings", extra={"settings": settings.masked()}
+    )
 
     common: dict[str, Any] = {
         "host": settings.host,

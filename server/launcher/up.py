@@ -82,14 +82,22 @@ def register(subparsers: Any) -> None:
         description="Start N `vllm serve` engines with the EnvACE flags on free loopback ports, "
         "wait until they are healthy, then run the gateway (every `serve` flag applies; "
         "--engine adds engines that already run). Ctrl-C stops everything.",
+        epilog="examples:\n"
+        "  rehearsal-gateway up --model Qwen/Qwen3-8B --gpus 0,1 --port 8000\n"
+        "  rehearsal-gateway up --model /models/envace --rehearsal-mode parallel "
+        "-- --max-model-len 32768",
     )
     group = parser.add_argument_group("vLLM engines")
-    group.add_argument("--model", required=True, metavar="PATH_OR_NAME", help="what vLLM loads")
+    group.add_argument(
+        "--model", required=True, metavar="PATH_OR_NAME", help="what vLLM loads (required)"
+    )
     group.add_argument(
         "--engines", type=int, metavar="N", help="engines to start (default: one per GPU, else 1)"
     )
     group.add_argument(
-        "--gpus", metavar="ID,…", help="one GPU per engine, as CUDA_VISIBLE_DEVICES, e.g. 0,1"
+        "--gpus",
+        metavar="ID,…",
+        help="one GPU per engine, as CUDA_VISIBLE_DEVICES, e.g. 0,1 (default: none)",
     )
     group.add_argument(
         "--served-model-name", metavar="NAME", help="the name clients ask for (default: basename)"
@@ -102,7 +110,8 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="ARG",
-        help="one more flag for every engine, joined with =: --vllm-arg=--max-model-len=32768",
+        help="one more flag for every engine, joined with =: --vllm-arg=--max-model-len=32768 "
+        "(repeatable; default: none)",
     )
     group.add_argument("--log-dir", metavar="DIR", help="engine logs (default: a new temp dir)")
     group.add_argument(
@@ -113,7 +122,10 @@ def register(subparsers: Any) -> None:
         help=f"seconds for every engine to become healthy (default {START_TIMEOUT_S:g})",
     )
     group.add_argument(
-        "vllm_args", nargs="*", metavar="-- VLLM_ARGS", help="everything after -- goes to vLLM"
+        "vllm_args",
+        nargs="*",
+        metavar="-- VLLM_ARGS",
+        help="everything after -- goes to vLLM (default: none)",
     )
     parser.set_defaults(func=run)
 
@@ -206,10 +218,11 @@ def _vllm_argv(
 def _check_gateway(args: argparse.Namespace) -> GatewaySettings:
     """Reject, before minutes of loading, what ``serve`` would reject once the engines are up."""
     from . import serve as serve_cli
+    from .sources import SettingsRefused
 
     try:
         settings = serve_cli.settings_from_args(args)
-    except serve_cli.SettingsRefused as exc:
+    except SettingsRefused as exc:
         raise UsageError(str(exc)) from exc
     if settings.port == 0:
         return settings

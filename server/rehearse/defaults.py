@@ -9,6 +9,7 @@ from __future__ import annotations
 from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps
 from rehearsal_gateway.rehearsal.context import PlannerSettings
 from rehearsal_gateway.rehearsal.prompts import DEFAULT_SYSTEM_INSTRUCTION, load_system_instruction
+from rehearsal_gateway.rehearsal.risk import RiskPolicy, RiskSettings
 from rehearsal_gateway.rehearsal.trust import TrustSettings
 
 from ..settings import REHEARSAL_PRIORITY, GatewaySettings
@@ -43,3 +44,21 @@ def trust_settings(settings: GatewaySettings) -> TrustSettings:
 def rehearse_priority(settings: GatewaySettings) -> int | None:
     """The vLLM ``priority`` of rehearsal-role calls: only when the engines schedule by it."""
     return REHEARSAL_PRIORITY if settings.engine_scheduling == "priority" else None
+
+
+def risk_policy(settings: GatewaySettings) -> RiskPolicy:
+    """The gateway's risk settings and each tenant's (its patterns before the gateway's)."""
+    default = RiskSettings(
+        patterns=tuple(settings.risk_patterns.items()),
+        imagine_reads=settings.risk_imagine_reads,
+    )
+    tenants = {
+        tenant: RiskSettings(
+            patterns=tuple((override.patterns or {}).items()) + default.patterns,
+            imagine_reads=(
+                default.imagine_reads if override.imagine_reads is None else override.imagine_reads
+            ),
+        )
+        for tenant, override in settings.risk_overrides.items()
+    }
+    return RiskPolicy(default, tenants)

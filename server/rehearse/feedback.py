@@ -36,6 +36,7 @@ from rehearsal_gateway.rehearsal.fidelity import fidelity, parse_observation
 from rehearsal_gateway.rehearsal.hindsight import content_text, real_error
 from rehearsal_gateway.rehearsal.memory import MemoryEntry
 from rehearsal_gateway.rehearsal.messages import canonical_json
+from rehearsal_gateway.rehearsal.risk import RISKS
 from rehearsal_gateway.rehearsal.trust import cell
 
 from ..errors import StoreUnavailable
@@ -55,11 +56,13 @@ def pending_record(
     imagined: Any,
     imagined_outcome: str | None,
     unconditional: bool = False,
+    risk: str = "unknown",
 ) -> dict[str, Any]:
     """What is kept under a minted tool-call id until its real result arrives.
 
     ``unconditional``: the call was committed whatever imagination said of it, so an imagined
     failure's real outcome counts as an unselected veto, else as a weighed one (rehearsal.trust).
+    ``risk``: the call's risk class (rehearsal.risk), the label of its real result's count.
     """
     return {
         "tenant": tenant,
@@ -70,6 +73,7 @@ def pending_record(
         "imagined": imagined,
         "imagined_outcome": imagined_outcome,
         "unconditional": unconditional,
+        "risk": risk,
         "sent_at": time.time(),
     }
 
@@ -170,6 +174,8 @@ class Feedback:
         score = fidelity(imagined, real) if outcome is not None else None
         predicted, failed = imagined_error(outcome), real_error(real)
         self.metrics.observe_real_tool_call(real_s)
+        risk = record.get("risk")
+        self.metrics.observe_real_result(risk if risk in RISKS else "unknown", failed)
         if score is not None:
             self.metrics.observe_fidelity(score, outcome or "none")
         if predicted is not None:

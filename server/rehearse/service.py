@@ -30,8 +30,16 @@ from rehearsal_gateway.rehearsal.context import PlannerSettings, RehearsalReques
 from rehearsal_gateway.rehearsal.errors import BudgetError, GeneratorError
 from rehearsal_gateway.rehearsal.messages import AssistantTurn
 from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.risk import RiskPolicy, RiskSettings, classify, strip_annotations
 from rehearsal_gateway.rehearsal.trace import ImaginedObservation, RehearsalResult
-from rehearsal_gateway.rehearsal.trust import Counts, Policy, TrustSettings, policies, trust_row
+from rehearsal_gateway.rehearsal.trust import (
+    Counts,
+    Policy,
+    TrustSettings,
+    cell,
+    policies,
+    trust_row,
+)
 
 from ..chat_call import ChatCall, JsonAnswer
 from ..engines.calls import EngineCalls
@@ -54,7 +62,7 @@ from .committed import (
     with_minted_ids,
 )
 from .engine_port import EngineGenerator
-from .feedback import pending_record
+from .feedback import imagined_error, pending_record
 
 # Request fields the planner handles itself; everything else reaches the acting calls untouched.
 _OWN_FIELDS = frozenset(
@@ -99,13 +107,15 @@ def resolve_knobs(
 
 
 def _rehearsal_request(
-    call: ChatCall, session: str, trust: Mapping[str, Policy]
+    call: ChatCall, session: str, trust: Mapping[str, Policy], budget: Budget, risk: RiskSettings
 ) -> RehearsalRequest:
+    """The core's request: each tool classed (``rehearsal.risk``), annotations stripped, since
+    every engine call the planner makes offers these tools."""
     body = call.body
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     return RehearsalRequest(
         messages=tuple(body["messages"]),
-        tools=tuple(body["tools"]),
+        tools=strip_annotations(body["tools"]),
         max_tokens=max_tokens if isinstance(max_tokens, int) else None,
         temperature=body.get("temperature"),
         top_p=body.get("top_p"),
@@ -114,6 +124,8 @@ def _rehearsal_request(
         tenant=call.tenant,
         session=session,
         trust=trust,
+        risk=classify(body["tools"], budget.risk, risk),
+        imagine_reads=risk.imagine_reads,
     )
 
 
@@ -205,7 +217,8 @@ class RehearsalRun:
         planner = Planner(self.generator(), self.service.store, self.service.planner)
         seed = self.call.body.get("seed")
         rng = random.Random(seed if isinstance(seed, int) else secrets.randbits(64))
-        request = _rehearsal_request(self.call, self.session, await self.trust())
+        risk = self.service.risk.for_tenant(self.call.tenant)
+        request = _rehearsal_request(self.call, self.session, await self.trust(), self.budget, risk)
         try:
             return await planner.run(request, self.budget, rng=rng)
         except GeneratorError as exc:
@@ -229,14 +242,14 @@ class RehearsalRun:
             "feedback_in": self.feedback,
         }
         pending = {}
-        for tool_call in turn.tool_calls:
+        for tool_call, risk in zip(turn.tool_calls, result.committed_risk(), strict=True):
             seen = _imagined_for(result, tool_call.signature)
             pending[tool_call.id] = pending_record(
                 tenant=tenant, session=self.session, rehearsal_id=self.rehearsal_id,
                 tool=tool_call.name, arguments=tool_call.parsed_arguments,
                 imagined=None if seen is None else seen.result,
                 imagined_outcome=None if seen is None else seen.outcome,
-                unconditional=result.commit_unconditional,
+                unconditional=result.commit_unconditional, risk=risk,
             )  # fmt: skip
         # Beside the answer, not before it: only later requests read these (the next turn's
         # feedback, GET /v1/rehearsals/{id}), and they wait for the write (server/store/writer.py).
@@ -246,6 +259,7 @@ class RehearsalRun:
             service.writer.submit(
                 "charge", functools.partial(service.fair_use.charge, tenant, calls)
             )
+        self._record_probes(result, turn)
         marks = [("trace", tenant, self.rehearsal_id)]
         marks += [("pending", tenant, call_id) for call_id in pending]
         task = service.writer.submit(
@@ -266,6 +280,22 @@ class RehearsalRun:
             summary["candidates"] = trace["candidates"]
         self.service.metrics.observe_rehearsal(result, summary["degraded"])
         return summary
+
+    def _record_probes(self, result: RehearsalResult, turn: AssistantTurn) -> None:
+        """Trust's pairs for the repeats of a real failure imagined as probes (rehearsal.planner):
+        the real outcome is the conversation's error, and the pair is an unselected sample, as
+        the anchor's would have been had it been committed. A probed call that was committed
+        after all is left to its real result."""
+        committed = {call.signature for call in turn.tool_calls}
+        for probe in result.probes:
+            predicted = imagined_error(probe.outcome)
+            if predicted is None or probe.call.signature in committed:
+                continue
+            record = functools.partial(
+                self.service.store.record_trust, self.call.tenant, probe.call.name,
+                cell(predicted, True),
+            )  # fmt: skip
+            self.service.writer.submit("feedback", record, marks=[("trust", self.call.tenant)])
 
     def headers(self, result: RehearsalResult) -> dict[str, str]:
         return {
@@ -298,6 +328,7 @@ class RehearsalService:
         caps: BudgetCaps,
         planner: PlannerSettings,
         trust: TrustSettings | None = None,
+        risk: RiskPolicy | None = None,
         rehearse_priority: int | None = None,
         batch: bool = False,
         commit_timeout: float = 60.0,
@@ -316,6 +347,7 @@ class RehearsalService:
         self._off_unless_asked = _off_unless_asked(defaults, caps)
         self.planner = planner
         self.trust_settings = trust or TrustSettings()
+        self.risk = risk or RiskPolicy()
 
     async def trust_table(self, tenant: str) -> dict[str, Any]:
         """``GET /v1/rehearsals/trust``: this tenant's counts, rates and policies, per tool."""

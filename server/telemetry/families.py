@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from rehearsal_gateway.rehearsal.checks import CHECK_CODE
 from rehearsal_gateway.rehearsal.hindsight import REPEAT_CODE
 from rehearsal_gateway.rehearsal.parsing import PARSE_CLASSES, VETO_CODES
+from rehearsal_gateway.rehearsal.risk import RISKS
 
 PREFIX = "rehearsal_gateway_"
 
@@ -50,9 +51,12 @@ OUTCOMES = ("ok", "error")  # imagined or real outcome of one committed call
 TRUST_POLICIES = ("trusted", "learning", "ignore_vetoes", "off")
 COMMIT_PATHS = (
     "anchor", "anchor_vetoed", "replaced", "valid_fallback", "trust_off", "selected",
-    "reflected", "reflect_fallback", "least_bad", "repaired", "early_exit", "salvaged",
+    "reflected", "reflect_fallback", "least_bad", "repaired", "early_exit", "salvaged", "read",
+    "confirm",
 )  # fmt: skip
 COMMIT_CHECKS = ("ok", "schema_invalid", "unchecked")
+# A committed turn's risk class (its riskiest call's, rehearsal/risk.py); ``none``: an answer.
+COMMIT_RISKS = (*RISKS, "none")
 DEGRADED_REASONS = ("deadline", "engine_error", "store_unavailable")
 REHEARSED_MODES = ("parallel", "sequential")
 
@@ -205,8 +209,13 @@ class MetricFamilies:
         )  # fmt: skip
         self.commits = Counter(
             PREFIX + "commits",
-            "Rehearsed commits by decision path and the committed call's schema check.",
-            ("path", "check"), registry=reg,
+            "Rehearsed commits by decision path, the committed call's schema check and risk class.",
+            ("path", "check", "risk"), registry=reg,
+        )  # fmt: skip
+        self.real_results = Counter(
+            PREFIX + "real_results",
+            "Real results of committed calls by the call's risk class and outcome (ok | error).",
+            ("risk", "outcome"), registry=reg,
         )  # fmt: skip
         self.early_exits = Counter(
             PREFIX + "early_exits", "Rehearsals that ended early.", ("mode",), registry=reg
@@ -268,7 +277,11 @@ class MetricFamilies:
             self.trust_decisions.labels(policy)
         for path in COMMIT_PATHS:
             for check in COMMIT_CHECKS:
-                self.commits.labels(path, check)
+                for risk in COMMIT_RISKS:
+                    self.commits.labels(path, check, risk)
+        for risk in RISKS:
+            for outcome in OUTCOMES:
+                self.real_results.labels(risk, outcome)
         for mode in REHEARSED_MODES:
             self.early_exits.labels(mode)
         for op in STORE_WRITE_OPS:

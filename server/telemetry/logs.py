@@ -26,6 +26,8 @@ from typing import Any
 import orjson
 
 REQUEST_LOGGER = "rehearsal_gateway.request"
+# Where an error answer leaves its ``log_fields`` (server/errors.py) in the request's ASGI state.
+ERROR_STATE_KEY = "error"
 REQUEST_ID_HEADER = b"x-request-id"
 # A client's id is echoed only when it is short and plain: it ends up in headers and log lines.
 _SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
@@ -160,6 +162,7 @@ def request_line(
     waited: float,
     rehearsal: Mapping[str, Any] | None,
     content: Any = None,
+    error: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The fields of one chat request's log line (``docs/metrics.md``, "Logs")."""
     latency = {"total": _ms(elapsed), "overhead": _ms(max(elapsed - waited, 0.0))}
@@ -188,6 +191,8 @@ def request_line(
             early_exit=rehearsal.get("early_exit"),
             tokens=rehearsal.get("tokens") or record.tokens,
         )
+    if error is not None:
+        fields["error"] = dict(error)
     if content is not None:
         fields["messages"] = content
     return fields

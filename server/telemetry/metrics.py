@@ -27,6 +27,7 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prom_multiprocess
 
+from rehearsal_gateway.rehearsal.risk import turn_risk
 from rehearsal_gateway.rehearsal.trace import RehearsalResult
 
 from .families import MetricFamilies
@@ -184,6 +185,10 @@ class GatewayMetrics(MetricFamilies):
         imagined, real = ("error" if imagined_error else "ok"), ("error" if real_error else "ok")
         self._child(self.outcome_predictions, imagined, real).inc()
 
+    def observe_real_result(self, risk: str, real_error: bool) -> None:
+        """One committed call's real result, by the call's risk class."""
+        self._child(self.real_results, risk, "error" if real_error else "ok").inc()
+
     def store_error(self, op: str) -> None:
         self._child(self.store_errors, op).inc()
 
@@ -216,7 +221,8 @@ class GatewayMetrics(MetricFamilies):
                         self._child(self.vetoes, code, observation.source).inc()
         for policy in result.trust.values():
             self._child(self.trust_decisions, policy).inc()
-        self._child(self.commits, result.commit_path, result.commit_check).inc()
+        risk = turn_risk(result.turn, result.risk) or "none"
+        self._child(self.commits, result.commit_path, result.commit_check, risk).inc()
         if result.early_exit is not None:
             self._child(self.early_exits, mode).inc()
         if degraded is not None:

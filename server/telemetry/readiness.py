@@ -6,6 +6,7 @@ Each layer that owns a dependency offers its check (``EnginesReady`` beside the 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -95,3 +96,23 @@ class Draining:
             for number, handler in self._previous.items():
                 signal.signal(number, handler)
             self._previous.clear()
+
+
+async def warn_while_failing(
+    check: ReadinessCheck, first: CheckResult, what: str, interval_s: float
+) -> None:
+    """Warn that a dependency cannot be reached, naming it and why, for as long as that lasts.
+
+    ``first`` is the check's verdict at start-up (warned about at once when it failed); then the
+    check runs every ``interval_s`` seconds, warning on each failure and saying when it answers
+    again. A lifespan task, cancelled at shutdown.
+    """
+    result = first
+    while True:
+        if not result.ok:
+            log.warning("%s is unreachable: %s", what, result.detail, extra={"check": check.name})
+        await asyncio.sleep(interval_s)
+        ok_before = result.ok
+        result = await check.check()
+        if result.ok and not ok_before:
+            log.info("%s answers again", what, extra={"check": check.name})

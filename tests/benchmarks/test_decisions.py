@@ -19,7 +19,8 @@ from benchmarks.decisions import _grid, _parser
 from tests.support.procs import ROOT
 
 RUNS = {"off", "parallel select", "parallel reflect", "sequential select", "sequential reflect"}
-ROW = re.compile(r"^\| (\d\.\d) \| (\d\.\d) \| ([a-z ]+) \| ([\d.]+)/(\d+) \| ([\d.]+) \|", re.M)
+ROW = re.compile(r"^\| (\d\.\d) \| (\d\.\d) \| ([a-z -]+) \| ([\d.]+)/(\d+) \| ([\d.]+) \|", re.M)
+TASKS = 3 + 2  # three retail tasks and its two where a destructive call is tempting
 
 
 @pytest.mark.slow
@@ -33,22 +34,27 @@ def test_quick_grid_runs_end_to_end(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     document = json.loads(out.read_text())
-    policies = document["grid"]["policies"]
+    policies, classes = document["grid"]["policies"], document["grid"]["classes"]
+    assert classes == ["unknown", "no-reads"]
     runs = {"off"} | {f"{m} {p}" for m in ("parallel", "sequential") for p in policies}
     assert runs >= RUNS
+    runs |= {f"{run} no-reads" for run in runs - {"off"}}
     printed = {(float(f), float(s), run): (float(ok), int(n), float(err))
                for f, s, run, ok, n, err in ROW.findall(done.stdout)}  # fmt: skip
     assert set(printed) == {(f, 0.5, run) for f in (1.0, 0.0) for run in runs}
     for cell in document["cells"]:
         key = (cell["fidelity"], cell["skill"], cell["run"])
         assert printed[key] == (round(cell["success"], 1), cell["tasks"], cell["tool_errors"])
-        assert cell["tasks"] == 3
+        assert cell["tasks"] == TASKS
+        for count in ("writes_failed", "wrong_destructive", "repeats"):
+            assert 0 <= cell[count] <= cell["real_calls"]
         assert 0 <= cell["success"] <= cell["tasks"]
         assert cell["failed_requests"] == 0
         if cell["run"] == "off":
             assert cell["worse"] is None
             continue
-        assert cell["worse"] + cell["better"] <= cell["pairs"] == 3
+        assert cell["worse"] + cell["better"] <= cell["pairs"] == TASKS
+        assert cell["repaired"] >= 0
         # Today's gateway returns traces, so these are always counted, never n/a.
         assert cell["never_rehearsed"] is not None
         assert cell["schema_invalid_with_valid_rehearsed"] is not None
@@ -60,7 +66,7 @@ def test_quick_grid_runs_end_to_end(tmp_path: Path) -> None:
         assert "trust_tables" in document
         assert row["turns"] > 0
     assert "Trust at fidelity 0.0" in done.stdout
-    assert len(document["episodes"]) == len(document["cells"]) * 3
+    assert len(document["episodes"]) == len(document["cells"]) * TASKS
     assert re.search(r"wall time [\d.]+ s", done.stdout)
 
 

@@ -98,3 +98,17 @@ def test_trace_into_a_closed_pipe_is_quiet(stack: Stack) -> None:
             proc.kill()
             proc.wait()
     assert stderr == ""
+
+
+def test_the_quickstart_sentence_is_done_as_asked(stack: Stack) -> None:
+    """docs/quickstart.md's sentence: its order is looked up, then cancelled, then answered."""
+    chat = _cli(stack, "chat", "Please cancel order W1002, I no longer need it.", "--world",
+                "retail", "--seed", "4")  # fmt: skip
+    assert chat.returncode == 0, chat.stderr
+    committed = [line for line in chat.stdout.splitlines() if line.startswith("committed: ")]
+    assert committed[0] == 'committed: get_order({"order_id": "W1002"})'
+    assert any(
+        'cancel_order({"order_id": "W1002", "reason": "no_longer_needed"})' in line
+        for line in committed
+    )
+    assert committed[-1].startswith("committed: answer: ")

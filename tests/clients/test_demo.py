@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.procs import ROOT, cli_argv
+from tests.support.procs import ROOT, cli_argv, free_port
 
 
 def _outcome_rows(stdout: str) -> dict[str, list[str]]:
@@ -41,10 +41,14 @@ def _alive(marker: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_short_demo_table(tmp_path: Path) -> None:
-    """Rehearsal succeeds at least as often with fewer real tool errors; JSON matches; all stop."""
+    """Rehearsal succeeds at least as often with fewer real tool errors; JSON matches; all stop.
+
+    The gateway and the twin listen on the ports asked for (--port, --twin-port)."""
     out = tmp_path / "demo.json"
+    gateway_port, twin_port = free_port(), free_port()
     done = subprocess.run(
-        cli_argv("demo", "--short", "--json", str(out)),
+        cli_argv("demo", "--short", "--json", str(out), "--port", str(gateway_port),
+                 "--twin-port", str(twin_port)),
         cwd=ROOT, capture_output=True, text=True, timeout=140, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -62,7 +66,9 @@ def test_short_demo_table(tmp_path: Path) -> None:
     assert {name: by_name[name]["tool_errors"] for name in rows} == errors
     port = re.search(r"gateway on http://127\.0\.0\.1:(\d+)", done.stdout)
     assert port is not None
-    assert _alive(f"--port {port.group(1)}") == []
+    assert port.group(1) == str(gateway_port)
+    assert _alive(f"--port {gateway_port}") == []
+    assert _alive(f"--port {twin_port}") == []
 
 
 @pytest.mark.slow

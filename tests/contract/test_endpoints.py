@@ -21,6 +21,7 @@ VLLM_FAMILIES = {
     "vllm:request_success": "counter",
     "vllm:e2e_request_latency_seconds": "histogram",
     "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:cache_config_info": "gauge",  # `doctor` reads enable_prefix_caching from its labels
 }
 
 

@@ -1,12 +1,13 @@
 """Every code example in the README and the task docs runs against a live twin + gateway.
 
 Fenced blocks carry a tag after the language: ``runnable`` (executed; ``127.0.0.1:8000`` is
-rewritten to the live gateway), ``server`` (a long-running ``rehearsal-gateway`` command: started
-on free ports, must answer ``/health``, then stopped), ``make`` (a Makefile target that must
-exist; ``make demo`` itself runs in tests/clients/test_demo.py), ``vllm`` (needs a GPU and the
-weights: its flags are checked against the ones the gateway relies on, not executed) or
-``real-vllm`` (the real model's serve command: its flags are those tests/support/vllm.py serves
-it with, so what the page says is what the real-model suite runs).
+rewritten to the live gateway, ``127.0.0.1:8100`` to its engine), ``server`` (a long-running
+``rehearsal-gateway`` command: started on free ports, must answer ``/health``, then stopped),
+``make`` (a Makefile target that must exist; ``make demo`` itself runs in
+tests/clients/test_demo.py), ``vllm`` (needs a GPU and the weights: its flags are checked against
+the ones the gateway relies on, not executed) or ``real-vllm`` (the real model's serve command: its
+flags are those tests/support/vllm.py serves it with, so what the page says is what the
+real-model suite runs).
 """
 
 from __future__ import annotations
@@ -65,8 +66,12 @@ def _params(tag: str) -> list[object]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A retail twin behind a gateway with no API keys, as the docs' examples assume."""
-    with running_stack(tmp_path_factory.mktemp("docs"), twin_args=("--skill", "0.6")) as running:
+    """A retail twin behind a gateway with no API keys and one model-name switch, as the docs'
+    examples assume."""
+    env = {"RGW_MODEL_SWITCH": "parallel-4"}
+    with running_stack(
+        tmp_path_factory.mktemp("docs"), twin_args=("--skill", "0.6"), env=env
+    ) as running:
         yield running
 
 
@@ -86,6 +91,7 @@ def test_every_block_is_tagged() -> None:
 def test_runnable_example(stack: Stack, language: str, code: str) -> None:
     """The example exits 0 against the live gateway and prints something."""
     code = code.replace("http://127.0.0.1:8000", stack.gateway.url)
+    code = code.replace("http://127.0.0.1:8100", stack.twin.url)  # the engine (`doctor`)
     shell = ["bash", "-euo", "pipefail", "-c", code]
     argv = [sys.executable, "-c", code] if language == "python" else shell
     env = {**_env(), "RGW_URL": stack.gateway.url}  # what the CLI examples default to

@@ -45,9 +45,12 @@ def test_every_body_knob_is_accepted() -> None:
         "early_exit": False,
         "trace": True,
         "repair": False,
+        "risk": {"cancel_order": "destructive", "get_order": "read_only"},
+        "confirm": True,
     }
     got = resolve(body)
-    assert got.to_dict() == {**body, "temperature": 1.0}
+    pairs = (("cancel_order", "destructive"), ("get_order", "read_only"))
+    assert got.to_dict() == {**body, "temperature": 1.0, "risk": pairs}
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import pytest
 from rehearsal_gateway.rehearsal.budget import Budget
 from rehearsal_gateway.rehearsal.commit import evidence, least_bad
 from rehearsal_gateway.rehearsal.context import RehearsalRequest
+from rehearsal_gateway.rehearsal.errors import GeneratorError
 from rehearsal_gateway.rehearsal.hindsight import (
     REPEAT_CODE,
     content_text,
@@ -217,3 +218,42 @@ def test_least_bad_ranks_a_veto_before_a_repeat_before_an_invalid_call() -> None
     assert [evidence(t, {}) for t in (invalid, repeat, vetoed)] == [
         "invalid", "repeated_failure", "vetoed",
     ]  # fmt: skip
+
+
+async def run_learning(engine: ScriptedGenerator, **knobs: Any):
+    """As ``run``, the tools' trust still being earned (``learning``)."""
+    trust = dict.fromkeys(("cancel_reservation", "get_reservation_details"), "learning")
+    request = RehearsalRequest(messages=CANCEL_FAILED, tools=AIRLINE_TOOLS, temperature=0.3,
+                               seed=5, trust=trust)  # fmt: skip
+    return await Planner(engine).run(request, Budget(**knobs), rng=random.Random(1))
+
+
+async def test_a_repeated_anchor_is_imagined_once_for_trust_when_there_is_room() -> None:
+    """The probe: the repeat's imagination goes to ``probes``, never into the decision."""
+    engine = ScriptedGenerator().enqueue(acting(CANCEL), role="act")
+    engine.enqueue(imagined({"status": "cancelled"}), match=about("cancel_reservation"))
+    result = await run_learning(engine, budget=1)
+    assert (result.turn, result.commit_path, result.engine_calls) == (CANCEL, "anchor_vetoed", 2)
+    (probe,) = result.probes
+    assert (probe.call.signature, probe.outcome, probe.source) == (CANCEL_SIG, "ok", "imagined")
+    assert result.to_dict()["hindsight_probes"][0]["outcome"] == "ok"
+    assert result.vetoes == 0  # not a trajectory's observation: counted nowhere else
+
+
+async def test_no_probe_when_a_repair_spent_the_room() -> None:
+    """K = 2: anchor, alternative, repair and its imagination fill the engine-call bound."""
+    engine = ScriptedGenerator().enqueue(acting(CANCEL), acting(CANCEL), role="act")
+    engine.enqueue(acting(DETAILS), role="commit")
+    engine.enqueue(imagined({"cabin": "basic_economy"}), match=about("get_reservation_details"))
+    result = await run_learning(engine, budget=2)
+    assert (result.turn, result.commit_path, result.probes) == (DETAILS, "repaired", ())
+    assert result.engine_calls == Budget(budget=2).max_engine_calls()
+
+
+async def test_a_failed_probe_is_a_fault_not_a_failure() -> None:
+    """The probe's engine error is recorded; the commit stands."""
+    engine = ScriptedGenerator().enqueue(acting(CANCEL), role="act")
+    engine.enqueue(GeneratorError("engine down"), role="rehearse")
+    result = await run_learning(engine, budget=1)
+    assert (result.commit_path, result.probes) == ("anchor_vetoed", ())
+    assert result.faults == ("engine_error: hindsight probe: engine down",)

@@ -100,7 +100,9 @@ def test_full_trace_is_the_summary_then_its_details() -> None:
     assert full == {**summary, **result.details()}
     assert list(full)[: len(summary)] == list(summary)
     assert list(full)[len(summary) :] == [
-        "budget_knobs", "turn", "why", "commit_unconditional", "commit_check_detail",
+        "budget_knobs", "turn", "why", "commit_unconditional", "commit_check_detail", "risk",
+        "hindsight_probes",
         "early_exit_reason", "chosen_trajectory", "faults", "memory_note", "candidates", "trace",
     ]  # fmt: skip
     assert (summary["engine_calls"], full["engine_calls"]) == (2, {"act": 1, "rehearse": 1})
+    assert (summary["committed_risk"], full["risk"]) == (["unknown"], {})

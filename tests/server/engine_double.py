@@ -11,6 +11,7 @@ delay:SECONDS (a normal answer after SECONDS: a whole one, or a stream spread ov
 imagine:SECONDS (a whole engine for rehearsal: an acting call, one with ``tools``, gets ``n``
 distinct calls of the first tool at once; a rehearsal-role call, one whose system message asks
 for an ``<execution_result>``, is answered after SECONDS, or aborted when the gateway leaves;
+an acting call whose tools carry ``annotations`` is refused with a 400, as a strict engine would;
 any other call is answered at once; ``/metrics`` adds the rehearsal calls running now, the
 most ever running at once and how many ever started).
 """
@@ -101,6 +102,11 @@ def acting(body: dict[str, Any], model: str) -> bytes:
                          "model": model, "choices": choices, "usage": usage})  # fmt: skip
 
 
+def annotated(tools: list[dict[str, Any]]) -> bool:
+    """Whether a tool carries MCP-style ``annotations`` (on the entry or in its function)."""
+    return any("annotations" in tool or "annotations" in tool.get("function", {}) for tool in tools)
+
+
 def is_rehearsal_call(body: dict[str, Any]) -> bool:
     first = (body.get("messages") or [{}])[0]
     return first.get("role") == "system" and "execution_result" in str(first.get("content"))
@@ -133,6 +139,14 @@ def build_app(mode: str, model: str = MODEL) -> Starlette:
         stream = bool(body.get("stream"))
         if mode.startswith("imagine:"):
             if body.get("tools"):
+                if annotated(body["tools"]):  # an engine that refuses what it does not know
+                    error = {
+                        "message": "tools[].annotations: extra fields not permitted",
+                        "type": "BadRequestError",
+                        "param": "tools",
+                        "code": 400,
+                    }
+                    return Response(orjson.dumps({"error": error}), 400)
                 return Response(acting(body, model), media_type="application/json")
             if is_rehearsal_call(body):
                 return await imagine(request, float(mode.split(":", 1)[1]))

@@ -1,4 +1,4 @@
-"""The engine client on the transport the lifespan builds, against real sockets.
+"""The engine client on the transports the lifespan builds (wire, aiohttp), against real sockets.
 
 A small raw-socket engine where the twin cannot misbehave in the needed way: idle sockets are
 closed, a socket the engine closed is not reused, a close-delimited answer is accepted, streamed
@@ -13,84 +13,45 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 import trustme
+from fastapi import FastAPI, Request
 
 from benchmarks.transports import HttpxTransport
 from rehearsal_gateway.server.engines.client import EngineClient, Waits
 from rehearsal_gateway.server.engines.pool import Engine
 from rehearsal_gateway.server.engines.transport import EngineTransport
 from rehearsal_gateway.server.engines.transports import AiohttpTransport, tls_context
+from rehearsal_gateway.server.engines.wire import WireTransport
 from rehearsal_gateway.server.errors import EngineRejected, EngineUnavailable
+from rehearsal_gateway.server.http.state import STATE_KEY
 from rehearsal_gateway.server.settings import EngineSpec, GatewaySettings
 from rehearsal_gateway.server.telemetry.metrics import GatewayMetrics
-
-BODY = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
-ANSWER = b'{"id":"c","object":"chat.completion","choices":[],"usage":null}'
-STREAM = b"data: {}\n\ndata: [DONE]\n\n"
-JSON_KIND = b"application/json"
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
-
-
-@asynccontextmanager
-async def raw_engine(
-    handler: Handler, ssl_context: ssl.SSLContext | None = None
-) -> AsyncIterator[int]:
-    """A server on a free port running ``handler`` per connection; every connection it accepted
-    is closed and its handler ended when the block ends, so no socket outlives the test's loop
-    (one left open is an unclosed-transport warning in whichever later test collects it)."""
-    writers: set[asyncio.StreamWriter] = set()
-    tasks: set[asyncio.Task[object]] = set()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.add(writer)
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)
-        try:
-            await handler(reader, writer)  # type: ignore[misc]
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=ssl_context)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        for writer in writers:
-            writer.transport.abort()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await server.wait_closed()
-        await asyncio.sleep(0)  # aborted transports let their sockets go on the next turn
+from tests.support import inprocess
+from tests.support.raw_engine import (
+    ANSWER,
+    BODY,
+    JSON_KIND,
+    STREAM,
+    keep_alive_answer,
+    raw_engine,
+    read_request,
+)
 
 
-async def read_request(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    return head + await reader.readexactly(length)
-
-
-def keep_alive_answer(body: bytes = ANSWER, kind: bytes = JSON_KIND) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
-    return head % (kind, len(body)) + body
-
-
-def client_for(transport: str = "aiohttp", **settings: object) -> EngineClient:
+def client_for(transport: str = "wire", **settings: object) -> EngineClient:
     """The client as the lifespan builds it; ``transport="httpx"``: on httpx's transport."""
     gateway = GatewaySettings(engines=["http://127.0.0.1:1/v1"], **settings)  # type: ignore[arg-type]
-    chosen: EngineTransport = AiohttpTransport.of(gateway)
+    chosen: EngineTransport
     if transport == "httpx":
         chosen = HttpxTransport(tls=tls_context(gateway))
+    elif transport == "aiohttp":
+        chosen = AiohttpTransport.of(gateway)
+    else:
+        chosen = WireTransport.of(gateway)
     return EngineClient(chosen, GatewayMetrics(None), 1.0, Waits.of(gateway))
 
 
@@ -98,14 +59,16 @@ async def close(client: EngineClient) -> None:
     await client.transport.aclose()
 
 
-EITHER = pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+EITHER = pytest.mark.parametrize("transport", ["wire", "aiohttp", "httpx"])
+OURS = pytest.mark.parametrize("transport", ["wire", "aiohttp"])  # the two the lifespan builds
 
 
 def engine(url: str, **spec: object) -> Engine:
     return Engine(EngineSpec(url=url, **spec), max_concurrency=4)  # type: ignore[arg-type]
 
 
-async def test_idle_sockets_are_closed() -> None:
+@OURS
+async def test_idle_sockets_are_closed(transport: str) -> None:
     """A kept-alive socket nobody uses is closed by the gateway, not kept for a departed engine."""
     closed = asyncio.Event()
 
@@ -117,7 +80,7 @@ async def test_idle_sockets_are_closed() -> None:
         closed.set()
         writer.close()
 
-    client = client_for(engine_keepalive_s=0.2)
+    client = client_for(transport, engine_keepalive_s=0.2)
     async with raw_engine(handler) as port:
         await client.chat(engine(f"http://127.0.0.1:{port}/v1"), BODY, "act")
         await asyncio.wait_for(closed.wait(), timeout=5)
@@ -187,13 +150,13 @@ async def test_a_whole_answer_is_the_same_on_every_transport() -> None:
 
     async with raw_engine(handler) as port:
         target = engine(f"http://127.0.0.1:{port}/v1")
-        for client in (client_for("aiohttp"), client_for("httpx")):
+        for client in (client_for("wire"), client_for("aiohttp"), client_for("httpx")):
             assert await client.chat(target, BODY, "act") == ANSWER
             with pytest.raises(EngineRejected) as caught:
                 await client.chat(target, b"reject", "act")
             assert (caught.value.status, caught.value.param) == (400, "messages")
             await close(client)
-    assert len(requests) == 4
+    assert len(requests) == 6
     for request in requests:
         head, _, body = request.partition(b"\r\n\r\n")
         lines = {line.lower() for line in head.split(b"\r\n")[1:]}
@@ -325,3 +288,37 @@ async def test_https_engines_use_the_same_client_and_names_survive_discovery(
             await client.chat(wrong, BODY, "act")
     await close(client)
     assert hosts == [f"host: engine.test:{port}".encode()]
+
+
+@pytest.mark.parametrize(
+    ("setting", "built"), [("wire", "WireTransport"), ("aiohttp", "AiohttpTransport")]
+)
+def test_the_lifespan_builds_the_transport_the_settings_name(
+    setting: str, built: str, start_twin, tmp_path: Path
+) -> None:
+    """``RGW_ENGINE_TRANSPORT`` picks the transport; a whole answer and a stream pass on each."""
+    seen: list[str] = []
+
+    def record(app: FastAPI) -> None:
+        async def middleware(request: Request, call_next):  # type: ignore[no-untyped-def]
+            seen.append(type(request.scope["state"][STATE_KEY].engines.transport).__name__)
+            return await call_next(request)
+
+        app.middleware("http")(middleware)
+
+    twin = start_twin("--seed", "1")
+    gateway = inprocess.start_gateway(
+        ["--engine", twin.url + "/v1"], log_path=tmp_path / "gateway.log",
+        env={"RGW_ENGINE_TRANSPORT": setting}, prepare_app=record,
+    )  # fmt: skip
+    try:
+        body = {"model": "EnvACE-Qwen3-8B", "messages": [{"role": "user", "content": "hi"}]}
+        with httpx.Client(base_url=gateway.url, timeout=30) as http:
+            whole = http.post("/v1/chat/completions", json=body)
+            streamed = http.post("/v1/chat/completions", json={**body, "stream": True})
+        assert whole.status_code == streamed.status_code == 200
+        assert whole.json()["choices"][0]["message"]["role"] == "assistant"
+        assert streamed.text.rstrip().endswith("data: [DONE]")
+    finally:
+        gateway.stop()
+    assert set(seen) == {built}  # the start-up probes, the whole answer and the stream

@@ -175,4 +175,4 @@ def test_workers_without_redis_refuse_to_start(tmp_path) -> None:
     argv = cli_argv("serve", "--port", "1", "--workers", "2")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
-    assert "--workers > 1 needs --redis" in done.stderr
+    assert "--workers=2: more than 1 needs a Redis URL (--redis" in done.stderr

@@ -57,12 +57,28 @@ def test_a_call_that_failed_for_real_is_not_committed_again(
 def test_every_sample_a_repeat_makes_one_repair_call_then_falls_back(
     start_double: Any, start_gateway: Any
 ) -> None:
-    """K = 2, both samples repeat: one re-asking call; its repeat too leaves the anchor, flagged."""
+    """K = 2, both samples repeat: one re-asking call; its repeat too leaves the anchor, flagged.
+    The repeats cost no imagination, which leaves room for the one hindsight probe (trust)."""
     gateway = start_gateway(start_double("imagine:0").url + "/v1")
     answer = _post(gateway.url, budget=2)
     summary = answer["rehearsal"]
-    assert (summary["commit_path"], summary["engine_calls"]) == ("anchor_vetoed", 3)
+    assert (summary["commit_path"], summary["engine_calls"]) == ("anchor_vetoed", 4)
     # The anchor's walk and the repair's: the alternative repeating the anchor is not walked.
     assert summary["checked_veto_codes"] == {"REAL_FAILURE_REPEATED": 2}
     calls = metric_value(gateway.url, "rehearsal_gateway_engine_call_seconds_count", role="commit")
     assert calls == 1
+
+
+def test_a_vetoed_repeat_teaches_trust_through_its_probe(
+    start_double: Any, start_gateway: Any
+) -> None:
+    """K = 3: the repeat is vetoed, probed once (imagined as found) and another key committed;
+    trust counts the miss: an imagined success of a call whose real outcome, the
+    conversation's, is an error."""
+    gateway = start_gateway(start_double("imagine:0").url + "/v1")
+    summary = _post(gateway.url, budget=3)["rehearsal"]
+    assert (summary["commit_path"], summary["engine_calls"]) == ("replaced", 4)
+    with httpx.Client(base_url=gateway.url, timeout=30) as client:
+        rows = client.get("/v1/rehearsals/trust").json()["data"]
+    (lookup,) = [row for row in rows if row["tool"] == "lookup"]
+    assert (lookup["counts"]["oe"], lookup["samples"]) == (1, 1)

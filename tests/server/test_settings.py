@@ -7,10 +7,12 @@ import pytest
 from pydantic import ValidationError
 
 from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.risk import RiskSettings
 from rehearsal_gateway.server.rehearse.defaults import (
     budget_caps,
     budget_defaults,
     planner_settings,
+    risk_policy,
     trust_settings,
 )
 from rehearsal_gateway.server.settings import MASK, EngineSpec, GatewaySettings
@@ -129,3 +131,20 @@ def test_rehearse_max_tokens_reaches_the_planner(monkeypatch: pytest.MonkeyPatch
     assert planner_settings(GatewaySettings()).rehearse_max_tokens == 2048
     monkeypatch.setenv("RGW_REHEARSE_MAX_TOKENS", "96")
     assert planner_settings(GatewaySettings()).rehearse_max_tokens == 96
+
+
+def test_risk_patterns_and_tenant_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patterns in written order; a tenant's before the gateway's, its imagine_reads its own."""
+    monkeypatch.setenv("RGW_RISK_PATTERNS", "get_*=read_only, cancel_*=destructive")
+    monkeypatch.setenv("RGW_RISK_IMAGINE_READS", "true")
+    overrides = {"t_a": {"patterns": {"get_secret": "write"}, "imagine_reads": False},
+                 "t_b": {}}  # fmt: skip
+    monkeypatch.setenv("RGW_RISK_OVERRIDES", orjson.dumps(overrides).decode())
+    policy = risk_policy(GatewaySettings())
+    gateway = (("get_*", "read_only"), ("cancel_*", "destructive"))
+    assert policy.default == RiskSettings(gateway, imagine_reads=True)
+    assert policy.for_tenant("t_a") == RiskSettings((("get_secret", "write"), *gateway), False)
+    assert policy.for_tenant("t_b") == policy.default
+    monkeypatch.setenv("RGW_RISK_PATTERNS", '{"*": "harmless"}')
+    with pytest.raises(ValidationError):
+        GatewaySettings()

@@ -142,7 +142,7 @@ def test_missing_vllm_exits_2_saying_how_to_install(
         pytest.param(("--", "--port", "9"), "--port is set by up", id="reserved-port"),
         pytest.param(("--vllm-arg=--served-model-name=x",), "up's own", id="reserved-name"),
         pytest.param(("--workers", "2"), "--redis", id="serve-rule"),
-        pytest.param(("--engine", "ftp://x"), "invalid settings", id="serve-settings"),
+        pytest.param(("--engine", "ftp://x"), "--engine=", id="serve-settings"),
     ],
 )
 def test_usage_errors_exit_2_before_starting_anything(
@@ -261,7 +261,11 @@ def test_two_engines_one_gpu_each_behind_the_gateway(
             assert (log_dir / f"engine{gpu}.log").read_text().startswith("fake vllm: loading")
         assert f"logs in {log_dir}" in up.log()
         # The gateway's slots per engine are vLLM's batch (RGW_REHEARSAL_ENGINE_SHARE's base).
-        assert up.log().count('"max_concurrency": 128') == 2
+        settings = next(
+            json.loads(line)["settings"] for line in up.log().splitlines()
+            if line.startswith("{") and json.loads(line).get("msg") == "settings"
+        )  # fmt: skip
+        assert [spec["max_concurrency"] for spec in settings["engines"]] == [128, 128]
 
         auth = {"authorization": "Bearer sk-up"}
         assert httpx.get(up.url + "/v1/models").status_code == 401  # serve's --api-key applies

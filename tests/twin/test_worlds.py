@@ -9,7 +9,7 @@ from rehearsal_gateway.twin.worlds import WORLD_NAMES, load_world, world_for_too
 CASES = [
     pytest.param(world, task.id, id=task.id)
     for world in WORLD_NAMES
-    for task in load_world(world).tasks
+    for task in load_world(world).all_tasks
 ]
 
 
@@ -49,21 +49,33 @@ def test_each_planted_mistake_produces_its_error(name: str, task_id: str) -> Non
                 world.call(state, call.name, call.arguments)
             result = world.call(state, mistake.call.name, mistake.call.arguments)
             assert isinstance(result, dict), result
-            assert mistake.error in result.get("error", ""), (mistake, result)
             kinds.add(mistake.kind)
-    assert {"missing_arg", "write_before_read"} <= kinds
+            if mistake.kind == "tempting_destructive":  # it works, and the task is lost
+                assert "error" not in result, (mistake, result)
+                assert world.tools[mistake.call.name].risk == "destructive"
+                for call in task.plan[step:]:
+                    world.call(state, call.name, call.arguments)
+                assert not world.check(task, state)
+                continue
+            assert mistake.error in result.get("error", ""), (mistake, result)
+    writes = any(world.tools[call.name].writes for call in task.plan)
+    assert (
+        {"missing_arg", "write_before_read"} <= kinds if writes else "tempting_destructive" in kinds
+    )
 
 
 def test_worlds_plant_every_mistake_kind() -> None:
-    """Across worlds, the four mistake kinds all occur."""
+    """Across worlds, the five mistake kinds all occur."""
     kinds = {
         m.kind
         for name in WORLD_NAMES
-        for task in load_world(name).tasks
+        for task in load_world(name).all_tasks
         for step in range(len(task.plan))
         for m in load_world(name).mistakes(task, step)
     }
-    assert kinds == {"wrong_id", "missing_arg", "wrong_enum", "write_before_read"}
+    assert kinds == {
+        "wrong_id", "missing_arg", "wrong_enum", "write_before_read", "tempting_destructive",
+    }  # fmt: skip
 
 
 def test_states_are_private_copies() -> None:
@@ -91,3 +103,17 @@ def test_unknown_world_is_refused() -> None:
     """load_world names the valid worlds when given a wrong one."""
     with pytest.raises(ValueError, match="airline"):
         load_world("casino")
+
+
+@pytest.mark.parametrize("name", WORLD_NAMES)
+def test_every_tool_has_a_risk_class_and_hints_that_say_it(name: str) -> None:
+    """Reads are read_only, cancellations and transfers destructive; the MCP hints agree."""
+    world = load_world(name)
+    classes = world.risk_classes()
+    assert set(classes.values()) == {"read_only", "write", "destructive"}
+    for entry in world.tool_schemas(annotated=True):
+        hints, tool = entry["annotations"], entry["function"]["name"]
+        assert hints["readOnlyHint"] == (classes[tool] == "read_only")
+        assert hints["destructiveHint"] == (classes[tool] == "destructive")
+    assert "annotations" not in world.tool_schemas()[0]
+    assert len(world.tempting_tasks) == 2

@@ -59,10 +59,16 @@ class WorldTool:
     parameters: JsonObject
     handler: Handler
     writes: bool = False
+    destructive: bool = False  # a write that is hard to undo (a cancellation, a transfer)
 
-    def schema(self) -> JsonObject:
-        """The tool as an OpenAI ``tools=`` entry."""
-        return {
+    @property
+    def risk(self) -> str:
+        """The tool's risk class: ``read_only``, ``write`` or ``destructive``."""
+        return "destructive" if self.destructive else "write" if self.writes else "read_only"
+
+    def schema(self, *, annotated: bool = False) -> JsonObject:
+        """The tool as an OpenAI ``tools=`` entry; ``annotated``: with MCP-style hints."""
+        entry: JsonObject = {
             "type": "function",
             "function": {
                 "name": self.name,
@@ -70,6 +76,14 @@ class WorldTool:
                 "parameters": self.parameters,
             },
         }
+        if annotated:
+            entry["annotations"] = {
+                "readOnlyHint": not self.writes,
+                "destructiveHint": self.destructive,
+                "idempotentHint": not self.writes,
+                "openWorldHint": False,
+            }
+        return entry
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,9 @@ class Task:
     plan: tuple[Call, ...]
     goal: tuple[tuple[tuple[str | int, ...], Any], ...]  # (path into the state, expected value)
     answer: str
+    # Destructive calls that look related but are not the task's (cancelling the order the user
+    # only asked about): planted as mistakes once the plan's first read is done, when they work.
+    tempting: tuple[Call, ...] = ()
 
     def reached(self, state: State) -> bool:
         """Whether every goal path holds its expected value."""
@@ -100,10 +117,10 @@ class Task:
 class Mistake:
     """A plausible wrong call a weak policy makes at one step, and the error it earns."""
 
-    kind: str  # wrong_id | missing_arg | wrong_enum | write_before_read
+    kind: str  # wrong_id | missing_arg | wrong_enum | write_before_read | tempting_destructive
     step: int
     call: Call
-    error: str  # a substring of the world's error message
+    error: str  # a substring of the world's error message ("" for one that succeeds)
 
 
 _EXPECTED_ERROR = {
@@ -155,10 +172,21 @@ class World:
     tools: dict[str, WorldTool]
     tasks: tuple[Task, ...]
     initial_state: State = field(repr=False)
+    # Tasks that only read, where a destructive call is tempting and wrong (kept apart from
+    # ``tasks``, which the other benchmarks and evaluations sample).
+    tempting_tasks: tuple[Task, ...] = ()
 
-    def tool_schemas(self) -> list[JsonObject]:
-        """All tools as OpenAI ``tools=`` entries."""
-        return [tool.schema() for tool in self.tools.values()]
+    @property
+    def all_tasks(self) -> tuple[Task, ...]:
+        return self.tasks + self.tempting_tasks
+
+    def tool_schemas(self, *, annotated: bool = False) -> list[JsonObject]:
+        """All tools as OpenAI ``tools=`` entries (``annotated``: with MCP-style hints)."""
+        return [tool.schema(annotated=annotated) for tool in self.tools.values()]
+
+    def risk_classes(self) -> dict[str, str]:
+        """Each tool's risk class, as an operator would configure it (``RGW_RISK_PATTERNS``)."""
+        return {name: tool.risk for name, tool in self.tools.items()}
 
     def new_state(self, task: Task | None = None) -> State:
         """A fresh, private copy of the initial state (tasks share one starting world)."""
@@ -184,7 +212,7 @@ class World:
 
     def task(self, task_id: str) -> Task:
         """The task with this id."""
-        for task in self.tasks:
+        for task in self.all_tasks:
             if task.id == task_id:
                 return task
         raise KeyError(task_id)
@@ -192,7 +220,7 @@ class World:
     def task_for(self, first_user_message: str) -> Task | None:
         """The task whose instruction opens the conversation, if any."""
         text = " ".join(first_user_message.split())
-        for task in self.tasks:
+        for task in self.all_tasks:
             if " ".join(task.instruction.split()) in text:
                 return task
         return None
@@ -225,6 +253,8 @@ class World:
             later = next((c for c in task.plan[step + 1 :] if self.tools[c.name].writes), None)
             if later is not None:
                 found.append(self._mistake("write_before_read", step, later.name, later.arguments))
+        if step >= 1:
+            found += [Mistake("tempting_destructive", step, c, "") for c in task.tempting]
         return found
 
     @staticmethod
@@ -240,10 +270,11 @@ def tool(
     handler: Handler,
     *,
     writes: bool = False,
+    destructive: bool = False,
 ) -> WorldTool:
     """Shorthand for a tool whose parameters are a plain object schema."""
     parameters = {"type": "object", "properties": properties, "required": required}
-    return WorldTool(name, description, parameters, handler, writes)
+    return WorldTool(name, description, parameters, handler, writes or destructive, destructive)
 
 
 def string(description: str, enum: list[str] | None = None) -> JsonObject:

@@ -174,13 +174,17 @@ def test_raw_bfcl_docs_get_the_400_that_says_how(stack: Stack, tmp_path: Path) -
 @pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_worlds_suite_on_a_local_twin_says_it_is_a_simulation(tmp_path: Path) -> None:
-    """No --gateway: eval starts its own twin + gateway, labels every table, and stops them."""
+    """No --gateway: eval starts its own twin + gateway (on the ports asked for), labels every
+    table, and stops them."""
     out = tmp_path / "run"
+    port = free_port()
     done = _eval(
         "--suite", "worlds", "--worlds", "retail", "--limit", "3", "--modes", "off,parallel",
-        "--budgets", "2", "--out", str(out), "--redis", "none",
+        "--budgets", "2", "--out", str(out), "--redis", "none", "--port", str(port),
+        "--twin-port", str(free_port()),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    assert f"started an engine twin and a gateway at http://127.0.0.1:{port}" in done.stdout
     assert done.stdout.count("SIMULATION") >= 2
     summary = json.loads((out / "summary.json").read_text())
     assert summary["simulation"] is True
@@ -188,3 +192,34 @@ def test_worlds_suite_on_a_local_twin_says_it_is_a_simulation(tmp_path: Path) ->
     assert rehearsed["cell"] == "parallel-2"
     assert rehearsed["engine_calls_per_turn"] > 1
     assert rehearsed["outcome_checked"] > 0  # the feedback loop measured fidelity
+
+
+def test_refused_cells_make_a_nonzero_exit_with_the_reason(stack: Stack, tmp_path: Path) -> None:
+    """A budget over the gateway's cap: each such episode is refused, the reason printed, exit 1."""
+    done = _eval(
+        "--gateway", stack.gateway.url, "--suite", "worlds", "--worlds", "retail", "--limit", "1",
+        "--modes", "off,parallel", "--budgets", "99", "--commit", "anchored",
+        "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    message = " ".join(done.stdout.split())
+    assert "refused: parallel-99: the gateway refused 1 episode(s): 400 rehearsal.budget:" in (
+        message
+    )
+    assert "must be between 0 and 8" in message
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        pytest.param(("--modes", "dance"), "--modes: unknown dance", id="unknown-mode"),
+        pytest.param(("--budgets", "x"), "--budgets must be comma-separated ints", id="budgets"),
+        pytest.param(("--commit", "best"), "invalid choice: 'best'", id="commit-choice"),
+    ],
+)
+def test_invalid_arguments_exit_2_with_one_line(args: tuple[str, ...], says: str) -> None:
+    """A wrong argument exits 2 before anything starts, saying what is wrong."""
+    done = _eval("--suite", "worlds", *args, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr

@@ -69,3 +69,20 @@ def test_cells_pair_with_off_on_the_same_tasks():
     assert len(lines) == 3
     assert "vetoes_by_kind" in lines[0]
     assert "INVALID_PARAMETERS:2" in lines[2]
+
+
+def test_pass_hat_k_is_taus_formula_over_trials():
+    """Per task C(c, k) / C(n, k), averaged: 2 of 3 runs passed gives 2/3, 1/3 and 0."""
+    par = Cell("parallel", 2)
+    runs = [(True, True, False), (True, True, True), (False, False, False)]
+    episodes = [
+        Episode(task=f"t{task}", cell=par.name, mode=par.mode, budget=2, seed=seed,
+                attempt="a", success=passed)
+        for task, results in enumerate(runs) for seed, passed in enumerate(results)
+    ]  # fmt: skip
+    (row,) = summarize([par], {e.key: e for e in episodes}, [0, 1, 2], ["t0", "t1", "t2"])
+    assert row.pass_hat_k == pytest.approx({"1": (2 / 3 + 1) / 3, "2": (1 / 3 + 1) / 3,
+                                            "3": 1 / 3}, abs=1e-4)  # fmt: skip
+    assert row.pass_hat_k["1"] == pytest.approx(row.success_rate, abs=1e-4)
+    header = to_csv([row]).splitlines()[0].split(",")
+    assert header[-3:] == ["pass^1", "pass^2", "pass^3"]
