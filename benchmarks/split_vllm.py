@@ -16,6 +16,7 @@ p50 and p99 as a multiple of that gateway's own alone figure, and the load's reh
 many ran, their median wall time, how many degraded.
 
     python -m benchmarks.split_vllm [--rounds 2] [--plain 24] [--load 4] [--cores 0,1]
+                                    [--deadline-ms 60000]
 
 The two engines need a core each and the gateways, clients and the machine's other work share
 whatever is left, so run it on an otherwise quiet host with at least three cores; on a busy one
@@ -70,6 +71,7 @@ def start_gateway(setup: str, engines: list[Proc], workdir: Path, args: argparse
     env = {
         "RGW_REHEARSAL_ENGINE_SHARE": str(args.share),
         "RGW_ENGINE_MAX_CONCURRENCY": str(args.max_num_seqs),
+        "RGW_REHEARSAL_DEADLINE_MS": str(args.deadline_ms),
     }
     return start_http_server(
         cli_argv("serve", "--port", str(port), *flags, "--log-level", "warning"),
@@ -123,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=8)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--share", type=float, default=0.5)
+    # A one-core engine takes longer than the gateway's default 20 s for a K=4 rehearsal under
+    # load; a rehearsal cut by its deadline is load that stopped early.
+    parser.add_argument("--deadline-ms", type=int, default=60_000)
     parser.add_argument("--cores", default="0,1", help="the two engines' cores")
     parser.add_argument("--json", help="also write the figures as JSON to this path")
     args = parser.parse_args(argv)
@@ -141,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             for proc in [*gateways.values(), *engines]:
                 proc.stop()
     print(f"real vLLM x2 (CPU build, tiny random Qwen3, one core each: {args.cores}; "
-          f"--max-num-seqs {args.max_num_seqs}; rehearsal share {args.share:g}); "
+          f"--max-num-seqs {args.max_num_seqs}; rehearsal share {args.share:g}; "
+          f"deadline {args.deadline_ms} ms); "
           f"{args.load} clients of parallel K=4 rehearsals; {args.rounds} rounds")  # fmt: skip
     print("\n| engines | plain alone p50 / p99 ms | under load p50 / p99 ms | p50 × alone "
           "| p99 × alone | load: rehearsals, p50 wall s, degraded |\n"

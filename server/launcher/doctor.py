@@ -227,7 +227,7 @@ async def examine(settings: GatewaySettings) -> list[Finding]:
     import httpx
 
     async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
-        engines = asyncio.gather(*(check_engine(client, spec) for spec in settings.engines))
+        engines = asyncio.gather(*(check_engine(client, spec) for spec in settings.all_engines))
         per_engine, store = await asyncio.gather(engines, check_store(settings))
     findings = [finding for found, _ in per_engine for finding in found]
     served = {model for _, models in per_engine for model in models}
