@@ -10,7 +10,7 @@ The fact holds only while nothing may have changed the world since. *Any* other 
 committed after the failure may have made the repeat succeed — a write (an order created, a
 payment added), and a read too: a write refused until its entity was looked up (the validating
 read agent policies require) succeeds after the read. So it ends every earlier failure's
-standing, whatever its risk class (docs/decisions/0019-tool-risk-classes.md measured the
+standing, whatever its risk class (docs/decisions/0020-tool-risk-classes.md measured the
 alternative, reads leaving failures standing, and it vetoed right calls). So does a new user message
 (the user may have fixed something, or asked to try again). Within one assistant turn, a
 failure counts only when no call of that turn succeeded (their order is unknown). A call whose

@@ -57,10 +57,12 @@ UNKNOWN = ToolRisk("unknown", "default")
 
 @dataclass(frozen=True, slots=True)
 class RiskSettings:
-    """The operator's policy for one tenant: name patterns, and whether reads are imagined."""
+    """The operator's policy for one tenant: name patterns, whether reads are imagined, and
+    whether ``confirm`` is required (on for every request, whatever the request says)."""
 
     patterns: tuple[tuple[str, Risk], ...] = ()
     imagine_reads: bool = True
+    require_confirm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,13 @@ def classify(
             matched = next((r for p, r in settings.patterns if fnmatchcase(name, p)), None)
             classes[name] = UNKNOWN if matched is None else ToolRisk(matched, "operator")
     return classes
+
+
+def has_annotations(tools: object) -> bool:
+    """Whether a request's ``tools`` (a list, else none) carry annotations anywhere."""
+    return isinstance(tools, list) and any(
+        isinstance(tool, JSON_OBJECT) and annotations_of(tool) is not None for tool in tools
+    )
 
 
 def strip_annotations(tools: Sequence[Any]) -> tuple[Any, ...]:

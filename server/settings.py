@@ -132,6 +132,7 @@ class TenantRisk(BaseModel):
 
     patterns: dict[str, RiskClass] | None = None
     imagine_reads: bool | None = None
+    confirm: bool | None = None  # true: every request of the key asks before doubted destruction
 
 
 class GatewaySettings(BaseSettings):
@@ -272,7 +273,8 @@ class GatewaySettings(BaseSettings):
     # Whether read_only calls are imagined at all (their real result is their own evidence).
     risk_imagine_reads: bool = True
     # Per tenant, JSON: {"t_<24 hex>": {"patterns": {"cancel_*": "destructive"},
-    # "imagine_reads": false}}.
+    # "imagine_reads": false, "confirm": true}} (confirm true: required, a request cannot turn
+    # it off).
     risk_overrides: Annotated[dict[str, TenantRisk], NoDecode] = Field(default_factory=dict)
 
     # ---- Store writes beside the answer, and the in-process store's bounds

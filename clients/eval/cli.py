@@ -66,7 +66,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--tasks", default="", metavar="GLOB[,GLOB]", help="task ids to keep (default: all)"
     )
-    p.add_argument("--limit", type=int, help="the first N tasks (after --tasks; default: all)")
+    p.add_argument(
+        "--limit", type=int,
+        help="the first N tasks (after --tasks; the paper suite: of each benchmark; default: all)",
+    )  # fmt: skip
     p.add_argument("--category", default="base", help="BFCL multi-turn category (bfcl only)")
     p.add_argument("--worlds", default="airline,retail,bank", help="worlds suite only")
     p.add_argument("--max-steps", type=int, default=12, help="worlds suite: steps per task")
@@ -76,7 +79,10 @@ def register(subparsers: Any) -> None:
         metavar="DIR",
         help="run directory; rerun with it to resume (default: rgw-eval/SUITE-TIME)",
     )
-    p.add_argument("--plot", action="store_true", help="also write DIR/plot.png (matplotlib)")
+    p.add_argument(
+        "--plot", action="store_true",
+        help="insist on DIR/plot.png (written anyway when matplotlib is installed)",
+    )  # fmt: skip
     p.add_argument("--twin-skill", type=float, default=0.5, help="local twin only")
     p.add_argument("--twin-fidelity", type=float, default=0.95, help="local twin only")
     p.add_argument("--twin-latency-scale", type=float, default=0.05, help="scales h100 latency")

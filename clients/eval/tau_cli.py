@@ -20,9 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The τ² and paper suites' options (ignored by the other suites)."""
     p.add_argument("--domain", default="retail", help="tau2 suite: airline, retail or telecom")
     p.add_argument("--solo", action="store_true", help="tau2 telecom: the agent alone, a ticket")
-    p.add_argument("--trials", type=int, metavar="K",
-                   help="run each task K times (seeds 0..K-1): pass^1..pass^K "
-                   "(default: once per --seeds)")  # fmt: skip
+    p.add_argument(
+        "--trials", type=int, metavar="K",
+        help="run each task K times (seeds 0..K-1): pass^1..pass^K (default: once)",
+    )  # fmt: skip
     p.add_argument("--user-url", metavar="URL", help="the simulated user's OpenAI-compatible "
                    "endpoint (default: the agent's gateway, rehearsal off)")  # fmt: skip
     p.add_argument(

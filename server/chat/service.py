@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
+from rehearsal_gateway.rehearsal.risk import has_annotations, strip_annotations
+
 from ..chat_call import PASSTHROUGH, ChatCall, HeadFields, JsonAnswer
 from ..engines.calls import EngineCalls, StreamAnswer
 from ..engines.pool import EnginePool, affinity_key
@@ -177,9 +179,15 @@ class ChatService:
             request = fields  # the Rust pre-check passed it (server/chat/precheck.py)
         model = self.pool.resolve_model(request.model)
         payload = raw
-        if switched or model != request.model or "rehearsal" in body:
+        # Tools' MCP annotations are the gateway's to read (rehearsal/risk.py), never an
+        # engine's: its chat template would print them. A bytes search first, as most bodies
+        # have none.
+        annotated = b'"annotations"' in raw and has_annotations(body.get("tools"))
+        if switched or model != request.model or "rehearsal" in body or annotated:
             # ``rehearsal`` is ours: an engine must never see it (vLLM would reject it).
             engine_body = {k: v for k, v in body.items() if k != "rehearsal"}
+            if annotated:
+                engine_body["tools"] = list(strip_annotations(body["tools"]))
             payload = orjson.dumps({**engine_body, "model": model})
         return ChatCall(
             request=request,

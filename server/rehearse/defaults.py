@@ -58,6 +58,7 @@ def risk_policy(settings: GatewaySettings) -> RiskPolicy:
             imagine_reads=(
                 default.imagine_reads if override.imagine_reads is None else override.imagine_reads
             ),
+            require_confirm=bool(override.confirm),
         )
         for tenant, override in settings.risk_overrides.items()
     }

@@ -20,7 +20,7 @@ import random
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -397,6 +397,8 @@ class RehearsalService:
     ) -> JsonAnswer | RehearsalRun:
         """Rehearse ``call``: a whole JSON answer, or a rehearsal to run inside the response."""
         await self.admit(call.tenant, budget)
+        if self.risk.for_tenant(call.tenant).require_confirm and not budget.confirm:
+            budget = replace(budget, confirm=True)  # the operator requires it for this key
         rehearsal = RehearsalRun(self, call, budget, feedback)
         if call.stream:
             return rehearsal

@@ -36,6 +36,8 @@ FIDELITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 # rate() over an error that has never happened is 0 rather than an absent series, and every name
 # the dashboard and the alert rules query exists on a fresh gateway.
 ENGINE_ERROR_KINDS = ("connect", "timeout", "status_5xx", "status_4xx", "protocol", "saturated")
+EJECTION_CAUSES = ("calls", "probes", "canary")
+CANARY_OUTCOMES = ("answered", "silent")
 STORE_OPS = (  # the operations of server/store/backends.py
     "ping", "save_trace", "load_trace", "save_pending", "take_pending", "append_memory",
     "recent_memory", "save_grounding", "grounding", "record_trust", "trust_table",
@@ -254,6 +256,10 @@ class MetricFamilies:
             for kind in ENGINE_ERROR_KINDS:
                 self.engine_errors.labels(engine, kind)
             self.rehearsal_preemptions.labels(engine)
+            for cause in EJECTION_CAUSES:
+                self.engine_ejections.labels(engine, cause)
+            for outcome in CANARY_OUTCOMES:
+                self.engine_canaries.labels(engine, outcome)
         for op in STORE_OPS:
             self.store_errors.labels(op)
         for reason in DEGRADED_REASONS:

@@ -13,6 +13,7 @@ from rehearsal_gateway.rehearsal.risk import (
     ToolRisk,
     classify,
     from_annotations,
+    has_annotations,
     risk_map,
     strip_annotations,
     turn_risk,
@@ -113,3 +114,10 @@ def test_tenants_have_their_own_settings() -> None:
     assert policy.for_tenant("t_a") is own
     assert policy.for_tenant("t_b") is policy.default
     assert policy.for_tenant(None) is policy.default
+
+
+def test_has_annotations_looks_at_tool_lists_only() -> None:
+    """A list with an annotated tool, in either place; anything else has none."""
+    assert has_annotations([tool("a"), tool("b", function_annotations={"readOnlyHint": True})])
+    assert not has_annotations([tool("a"), "odd"])
+    assert not has_annotations({"annotations": {}})

@@ -17,6 +17,7 @@ import pytest
 from openai import OpenAI
 
 from rehearsal_gateway.rehearsal.confirm import HELD_PREFIX
+from rehearsal_gateway.server.http.auth import key_digest, tenant_of
 
 # Reason: the Agents SDK closes its httpx clients' auth generators after ``run_sync``'s event loop
 # shut down, and warns about its own deprecations (as in tests/clients/test_compat.py).
@@ -103,6 +104,48 @@ def test_responses_answers_with_the_question(gateway_url: str) -> None:
     )  # fmt: skip
     assert [item.type for item in response.output] == ["message"]
     assert HELD_LINE in response.output_text.splitlines()
+    client.close()
+
+
+def test_a_streamed_response_streams_the_question(gateway_url: str) -> None:
+    """openai SDK, streamed Responses: text deltas, no function-call item, the same question."""
+    client = OpenAI(base_url=gateway_url + "/v1", api_key="none", max_retries=0)
+    tool = {"type": "function", "name": "delete_record", "parameters": PARAMETERS,
+            "annotations": {"destructiveHint": True}}  # fmt: skip
+    stream = client.responses.create(
+        model="double-model",
+        input=[
+            {"role": "user", "content": "Delete record 0."},
+            {"type": "function_call", "call_id": "c1", "name": "delete_record",
+             "arguments": '{"key": 0}'},
+            {"type": "function_call_output", "call_id": "c1", "output": LOCKED},
+        ],  # type: ignore[list-item]
+        tools=[tool],  # type: ignore[list-item]
+        extra_body={"rehearsal": KNOBS}, stream=True,
+    )  # fmt: skip
+    text, items = "", []
+    for event in stream:
+        if event.type == "response.output_text.delta":
+            text += event.delta
+        elif event.type == "response.output_item.done":
+            items.append(event.item.type)
+    assert items == ["message"]
+    assert HELD_LINE in text.splitlines()
+    client.close()
+
+
+def test_an_operator_can_require_confirm_for_a_key(start_double: Any, start_gateway: Any) -> None:
+    """RGW_RISK_OVERRIDES ``confirm: true``: the key's requests ask, even one that says no."""
+    key = "sk-careful"
+    overrides = {tenant_of(key_digest(key)): {"confirm": True}}
+    env = {"RGW_API_KEYS": key, "RGW_RISK_OVERRIDES": json.dumps(overrides)}
+    gateway = start_gateway(start_double("imagine:0").url + "/v1", env=env)
+    client = OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    completion = client.chat.completions.create(
+        model="double-model", messages=FAILED, tools=[DELETE],  # type: ignore[arg-type,list-item]
+        extra_body={"rehearsal": {**KNOBS, "confirm": False}},
+    )  # fmt: skip
+    assert (completion.model_extra or {})["rehearsal"]["commit_path"] == "confirm"
     client.close()
 
 

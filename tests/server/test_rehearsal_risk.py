@@ -141,3 +141,13 @@ def test_reads_not_imagined_by_the_operators_choice(start_double: Any, start_gat
     assert (summary["commit_path"], summary["engine_calls"]) == ("read", 1)
     assert summary["committed_rehearsed"] is False
     assert metric_value(gateway.url, "rehearsal_gateway_commits_total", path="read") == 1
+
+
+def test_a_pass_through_sends_no_annotations(start_double: Any, start_gateway: Any) -> None:
+    """Rehearsal off: the body is rebuilt without the annotations, which the engine refuses."""
+    gateway = start_gateway(start_double("imagine:0").url + "/v1")
+    tool = {**LOOKUP, "annotations": {"readOnlyHint": True}}
+    body = {"model": "double-model", "messages": ASK, "tools": [tool]}
+    answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert "rehearsal" not in answer.json()

@@ -138,13 +138,15 @@ def test_risk_patterns_and_tenant_overrides(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("RGW_RISK_PATTERNS", "get_*=read_only, cancel_*=destructive")
     monkeypatch.setenv("RGW_RISK_IMAGINE_READS", "true")
     overrides = {"t_a": {"patterns": {"get_secret": "write"}, "imagine_reads": False},
-                 "t_b": {}}  # fmt: skip
+                 "t_b": {}, "t_c": {"confirm": True}}  # fmt: skip
     monkeypatch.setenv("RGW_RISK_OVERRIDES", orjson.dumps(overrides).decode())
     policy = risk_policy(GatewaySettings())
     gateway = (("get_*", "read_only"), ("cancel_*", "destructive"))
     assert policy.default == RiskSettings(gateway, imagine_reads=True)
     assert policy.for_tenant("t_a") == RiskSettings((("get_secret", "write"), *gateway), False)
     assert policy.for_tenant("t_b") == policy.default
+    assert policy.for_tenant("t_c").require_confirm
+    assert not policy.default.require_confirm
     monkeypatch.setenv("RGW_RISK_PATTERNS", '{"*": "harmless"}')
     with pytest.raises(ValidationError):
         GatewaySettings()

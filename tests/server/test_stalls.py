@@ -270,12 +270,14 @@ def test_generation_tokens_are_read_from_the_exposition() -> None:
 # ---- over real sockets: an engine that swallows every call behind a passing /health
 
 # Only a canary can answer a waiting call before the client gives up (CLIENT_TIMEOUT_S): every
-# other bound the gateway has is longer.
+# other bound the gateway has is longer. Probes get 2 s, so that a loaded host does not time
+# them out and take the wedged engine out by its probes before a canary could.
 STALLS = {
     "RGW_ENGINE_STALL_AFTER_S": "1",
-    "RGW_ENGINE_CANARY_TIMEOUT_S": "1",
+    "RGW_ENGINE_CANARY_TIMEOUT_S": "3",
     "RGW_FIRST_BYTE_TIMEOUT": "60",
     "RGW_REQUEST_TIMEOUT": "600",
+    "RGW_HEALTH_TIMEOUT": "2",
 }
 WEDGED = "wedged"  # fixed names: the sessions' rendezvous ranking is the same on every run
 

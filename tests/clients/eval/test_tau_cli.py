@@ -74,7 +74,11 @@ def test_tau2_slice_end_to_end(stack: Stack, tmp_path: Path) -> None:
     suite = TauSuite("retail")
     for episode in episodes:
         verdict = json.loads(episode["verdict"]["error_message"])
-        assert verdict["termination"] == "user_stop"  # the twin's user states, then stops
+        # The twin's user states the scenario, then stops; its agent may meet τ²'s error limit.
+        assert verdict["termination"] in ("user_stop", "too_many_errors")
+        if verdict["termination"] == "too_many_errors":
+            assert episode["tool_errors"] == 10
+            assert not episode["success"]
         assert episode["trajectory"][0][0]["user"].startswith("Instructions:")
         assert episode["requests"] > 0
         assert _replayed(suite, episode) == episode["success"]
@@ -162,3 +166,16 @@ def test_a_gateway_without_its_engine_is_one_line_and_exit_2(tmp_path: Path) -> 
     (line,) = done.stderr.strip().splitlines()
     assert f"the gateway at {gateway.url} answers but is not ready" in line
     assert not (tmp_path / "run" / "episodes.jsonl").exists()
+
+
+def test_a_tau2_run_resumes_from_its_log(stack: Stack, tmp_path: Path) -> None:
+    """The same command again: every episode is found in the log and none is played twice."""
+    args = ("--gateway", stack.gateway.url, "--suite", "tau2", "--domain", "airline", "--limit",
+            "2", "--modes", "off", "--out", str(tmp_path / "run"))  # fmt: skip
+    assert _eval(*args).returncode == 0
+    first = _episodes(tmp_path / "run")
+    again = _eval(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resuming" in again.stdout
+    assert "2 of 2 episodes done" in again.stdout
+    assert _episodes(tmp_path / "run") == first
