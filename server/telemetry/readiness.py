@@ -114,5 +114,9 @@ async def warn_while_failing(
         await asyncio.sleep(interval_s)
         ok_before = result.ok
         result = await check.check()
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            # A client library that swallowed the cancellation must not keep shutdown waiting.
+            raise asyncio.CancelledError
         if result.ok and not ok_before:
             log.info("%s answers again", what, extra={"check": check.name})

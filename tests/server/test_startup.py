@@ -102,7 +102,7 @@ def test_unreachable_engine_and_redis_are_named_at_start_and_while_down(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A dead engine and a dead Redis are warned about with URL and reason, and again later."""
-    monkeypatch.setattr(health, "DOWN_REMINDER_S", 0.0)
+    monkeypatch.setattr(health, "DOWN_REMINDER_S", 0.1)
     monkeypatch.setattr(gateway_app, "DOWN_REMINDER_S", 0.2)
     caplog.set_level(logging.WARNING, logger="rehearsal_gateway")
     dead_engine = f"http://127.0.0.1:{free_port()}/v1"
