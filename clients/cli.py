@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # name -> module exposing register(subparsers); order is the order shown in --help.
 SUBCOMMANDS: tuple[str, ...] = (
@@ -28,26 +29,34 @@ SUBCOMMANDS: tuple[str, ...] = (
 )
 
 
-class HelpFormatter(argparse.HelpFormatter):
-    """Examples keep their lines, and every option's help ends with its default.
+def with_default(action: argparse.Action) -> None:
+    """End ``action``'s help with its default, unless the help already says it or there is none
+    worth saying (a flag that only switches something on, ``None``, an empty list)."""
+    text = action.help
+    default = action.default
+    if not text or text == argparse.SUPPRESS or "default" in text or action.nargs == 0:
+        return
+    if default is None or default is False or default == [] or default == argparse.SUPPRESS:
+        return
+    action.help = f"{text} (default: %(default)s)"
 
-    A default already in the help text (``default 8000``, ``default: the gateway's``) is not
-    repeated; flags that only switch something on need none.
+
+class Parser(argparse.ArgumentParser):
+    """The CLI's parser: examples keep their lines (argparse's ``RawDescriptionHelpFormatter``),
+    and every option added to it, or to a subcommand's parser, says its default.
+
+    Built on argparse's public surface only: the formatter class it documents, and
+    ``add_argument``, whose returned action's ``help`` is set before any help is printed.
     """
 
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if "\n" in text:  # an epilog of examples: one command a line, as written
-            return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        if "default" in text or default is None or default is False or default == []:
-            return text
-        if default == argparse.SUPPRESS:
-            return text
-        return f"{text} (default: %(default)s)"
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        with_default(action)
+        return action
 
 
 def gateway_version() -> str:
@@ -66,18 +75,15 @@ every command has its own --help, with an example"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="rehearsal-gateway",
         description="OpenAI-compatible gateway that rehearses tool calls before committing one.",
         epilog=EXAMPLES,
-        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {gateway_version()}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module_name in SUBCOMMANDS:
         importlib.import_module(module_name).register(subparsers)
-    for sub in subparsers.choices.values():
-        sub.formatter_class = HelpFormatter
     return parser
 
 

@@ -65,7 +65,7 @@ from .telemetry.metrics import GatewayMetrics
 from .telemetry.readiness import Draining, warn_while_failing
 
 log = logging.getLogger("rehearsal_gateway.server")
-# FastAPI's native OpenTelemetry off, unless RGW_FASTAPI_TELEMETRY (server/settings.py).
+# FastAPI's native OpenTelemetry off, unless RGW_FASTAPI_TELEMETRY (server/settings/).
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 

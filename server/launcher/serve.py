@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..settings import GatewaySettings
 
 ENV_PREFIX = "RGW_"
-# Each flag and the setting it sets (``server/settings.py``): a flag wins over the setting's
+# Each flag and the setting it sets (``server/settings/``): a flag wins over the setting's
 # RGW_* variable, which wins over the --config file.
 FLAG_SETTINGS: dict[str, str] = {
     "--engine": "engines",

@@ -29,7 +29,7 @@ whole tenant (the trust table, per-tenant counters or rate limits) is tagged ``{
 touches that one key. Tagging every key by tenant alone would be simpler, but a gateway without
 API keys has one tenant, and all its data would sit on one shard of the cluster. The tag comes
 first in each key, so braces inside a session id or a tool name cannot move a key elsewhere; the
-prefix may not contain braces for the same reason (``server/settings.py``). On a single node or
+prefix may not contain braces for the same reason (``server/settings/``). On a single node or
 behind Sentinel the tags are just characters.
 """
 

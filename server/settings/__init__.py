@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -35,104 +35,45 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from .specs import (
+    ALL_ROLES,
+    OPTIONS,
+    REHEARSE_ONLY,
+    EngineSpec,
+    RiskClass,
+    Role,
+    RouterKind,
+    TenantLimits,
+    TenantRisk,
+    off_word,
+    split_list,
+)
+
+__all__ = [
+    "ALL_ROLES",
+    "CONFIG_VARIABLE",
+    "ENV_PREFIX",
+    "MASK",
+    "OPTIONS",
+    "REHEARSAL_PRIORITY",
+    "REHEARSE_ONLY",
+    "EngineSpec",
+    "GatewaySettings",
+    "RiskClass",
+    "Role",
+    "RouterKind",
+    "TenantLimits",
+    "TenantRisk",
+    "mask_url",
+]
+
 T = TypeVar("T")
-Role = Literal["act", "rehearse"]
 # vLLM's priority of a rehearsal-role call under ``engine_scheduling = "priority"`` (vLLM's
 # default, which every other call keeps, is 0; a larger number is served later).
 REHEARSAL_PRIORITY = 10
-RouterKind = Literal["vllm-router"]
-ALL_ROLES: frozenset[Role] = frozenset(("act", "rehearse"))
-REHEARSE_ONLY: frozenset[Role] = frozenset(("rehearse",))
 MASK = "********"
 ENV_PREFIX = "RGW_"
 CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
-OPTIONS = ("name", "roles", "model", "max_concurrency", "discover", "tls_name", "router")
-
-
-class EngineSpec(BaseModel):
-    """One upstream engine as configured: where it is, what it serves, how much load it takes."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str
-    name: str = ""
-    roles: frozenset[Role] = ALL_ROLES
-    model: str | None = None
-    max_concurrency: int | None = Field(default=None, ge=1)
-    # "dns": the host stands for every address it resolves to (a Kubernetes headless Service).
-    discover: Literal["dns"] | None = None
-    # https: the name the engine's certificate is checked against (and its Host header) when the
-    # URL holds an address; discovery sets it to the group's name for every address it finds.
-    tls_name: str | None = None
-    # The URL is a router (balancing, health and retries across its engines are its own); the
-    # gateway tells it which calls belong together in the form that kind of router hashes on.
-    router: RouterKind | None = None
-
-    @field_validator("url")
-    @classmethod
-    def check_http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"engine URL must be http(s)://host:port[/v1], got {value!r}")
-        return value.rstrip("/")
-
-    @property
-    def label(self) -> str:
-        """The engine's name for metrics and logs: the configured name, else host:port."""
-        return self.name or urlsplit(self.url).netloc
-
-    @classmethod
-    def parse(cls, text: str) -> EngineSpec:
-        """Read the ``URL[,key=value…]`` form used on the command line."""
-        url, *options = (part.strip() for part in text.split(","))
-        fields: dict[str, Any] = {"url": url}
-        for option in options:
-            key, sep, value = option.partition("=")
-            if not sep or key not in OPTIONS:
-                allowed = "|".join(OPTIONS)
-                raise ValueError(f"engine options are {allowed}=value, got {option!r}")
-            fields[key] = frozenset(value.split("+")) if key == "roles" else value
-        return cls.model_validate(fields)
-
-
-def _split_list(value: Any, sep: str | None) -> Any:
-    if not isinstance(value, str):
-        return value
-    stripped = value.strip()
-    if stripped.startswith("["):
-        return orjson.loads(stripped)
-    return [item for item in stripped.split(sep) if item.strip()]
-
-
-def _off(value: Any) -> Any:
-    """YAML reads a bare ``off`` as false: in a config file that can only mean ``"off"``."""
-    return "off" if value is False else value
-
-
-class TenantLimits(BaseModel):
-    """One key's fair-use limits (docs/limits.md): ``None`` keeps the gateway-wide value; 0: off."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rps: float | None = Field(default=None, ge=0)
-    burst: int | None = Field(default=None, ge=0)
-    concurrency: int | None = Field(default=None, ge=0)
-    engine_calls_per_min: int | None = Field(default=None, ge=0)
-    max_cost: int | None = Field(default=None, ge=0)
-
-
-RiskClass = Literal["read_only", "write", "destructive", "unknown"]
-
-
-class TenantRisk(BaseModel):
-    """One key's tool risk policy (docs/rehearsal.md#risk-classes): ``None`` keeps the
-    gateway-wide value; its patterns are tried before the gateway's."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    patterns: dict[str, RiskClass] | None = None
-    imagine_reads: bool | None = None
-    confirm: bool | None = None  # true: every request of the key asks before doubted destruction
 
 
 class GatewaySettings(BaseSettings):
@@ -366,7 +307,7 @@ class GatewaySettings(BaseSettings):
     @field_validator("engines", "rehearsal_engines", mode="before")
     @classmethod
     def split_engines(cls, value: Any) -> Any:
-        items = _split_list(value, None)
+        items = split_list(value, None)
         if isinstance(items, list):
             return [EngineSpec.parse(item) if isinstance(item, str) else item for item in items]
         return items
@@ -419,13 +360,13 @@ class GatewaySettings(BaseSettings):
     @field_validator("rehearsal_mode", mode="before")
     @classmethod
     def read_off_mode(cls, value: Any) -> Any:
-        return _off(value)
+        return off_word(value)
 
     @field_validator("trust_pins", mode="before")
     @classmethod
     def split_pins(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return {tool: _off(policy) for tool, policy in value.items()}
+            return {tool: off_word(policy) for tool, policy in value.items()}
         if isinstance(value, str):
             stripped = value.strip()
             if stripped.startswith("{"):
@@ -458,7 +399,7 @@ class GatewaySettings(BaseSettings):
     @field_validator("model_switch", mode="before")
     @classmethod
     def split_switches(cls, value: Any) -> Any:
-        return _split_list(value, ",")
+        return split_list(value, ",")
 
     @field_validator("model_switch")
     @classmethod
@@ -472,7 +413,7 @@ class GatewaySettings(BaseSettings):
     @field_validator("api_keys", mode="before")
     @classmethod
     def split_keys(cls, value: Any) -> Any:
-        return _split_list(value, ",")
+        return split_list(value, ",")
 
     def values_for(self, cls: type[T], prefix: str = "", **given: Any) -> T:
         """A dataclass of a lower layer (the core's ``Budget``, the store's ``Lifetimes``) built
