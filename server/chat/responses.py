@@ -93,6 +93,13 @@ class ResponsesService:
     ) -> ResponsesCall:
         """Validate the body and its knobs; decide between rehearsing and relaying."""
         body = decode_json_object(raw)
+        switch = self.chat.switch
+        if switch is not None and isinstance(body.get("model"), str):
+            found = switch.split(body["model"])  # MODEL@parallel-4, as for chat
+            if found is not None:
+                body["model"], knobs = found
+                headers = {**knobs, **headers}  # the request's own headers win
+                raw = orjson.dumps(body)  # relayed as the plain model
         request = parse_responses_request(body)
         model = self.chat.pool.resolve_model(request.model)
         affinity = relay_affinity(session_id, body)

@@ -59,6 +59,24 @@ def test_switched_names_are_listed_and_choose_rehearsal(sdk: Callable[..., opena
     assert "this gateway's switches are @parallel-4, @sequential-2" in str(unknown.value)
 
 
+def test_the_responses_api_takes_the_switch_too(sdk: Callable[..., openai.OpenAI]) -> None:
+    """A Responses request for a switched name rehearses so; with no tools it is relayed under
+    the plain name; an unknown switch is the same 404 as for chat."""
+    client = sdk({"RGW_MODEL_SWITCH": "parallel-4"})
+    tools = [{"type": "function", **schema["function"]} for schema in RETAIL.tool_schemas()]
+    response = client.responses.create(
+        model="envace@parallel-4",
+        input="Where is order W1001?",
+        tools=tools,  # type: ignore[arg-type]
+    )
+    rehearsal = response.model_extra["rehearsal"]  # type: ignore[index]
+    assert (rehearsal["mode"], rehearsal["budget"]) == ("parallel", 4)
+    relayed = client.responses.create(model="envace@parallel-4", input="hello")
+    assert relayed.output_text
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="envace@sequential-9", input="hello")
+
+
 def test_the_switch_is_off_unless_asked_for(sdk: Callable[..., openai.OpenAI]) -> None:
     """Without RGW_MODEL_SWITCH a switched name is just an unknown model, and none is listed."""
     client = sdk({})
