@@ -62,63 +62,42 @@ sends a tool result back); imagined vetoes are hints of one turn and are never s
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .budget import Budget
 from .commit import (
     AGAINST,
     DETERMINISTIC,
-    Selection,
     evidence,
     least_bad,
     replacement,
     select,
 )
-from .confirm import asked_before, question
 from .context import (
     PlannerSettings,
     RehearsalContext,
     RehearsalRequest,
     WalkState,
 )
+from .decision import (
+    Decision,
+    confirmation,
+    decided,
+    degraded,
+    outvoted_by_samples,
+    refusal,
+    unrehearsed_by_trust,
+    unseen,
+)
 from .errors import GeneratorError
 from .hindsight import REPEAT_CODE
 from .memory import MemoryEntry, entry_for, note_message, render_note
-from .messages import ANSWER, AssistantTurn, Message
+from .messages import ANSWER, AssistantTurn
 from .ports import Generator, MemoryStore
-from .trace import RehearsalResult, Step, Timings, Trajectory
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What to commit and why; indices refer to the result's candidates and trajectories."""
-
-    turn: AssistantTurn
-    why: str
-    path: str
-    chosen_index: int | None = None
-    chosen_trajectory: int | None = None
-    early_exit: str | None = None
-    # The anchor, kept whatever its imagination said (its vetoes not acted on): the one commit
-    # whose imagined failure is an unselected sample for trust (``rehearsal.trust``).
-    unconditional: bool = False
-    # Evidence against the committed call that no rule could act on, said in words (the
-    # ``confirm`` question's reason); the evidence of its trajectory says the rest.
-    against: str | None = None
-    held: AssistantTurn | None = None  # under ``confirm``: the call held back for the user
-
-
-def _decided(selection: Selection, path: str, why: str | None = None) -> Decision:
-    best = selection.trajectory
-    index = best.samples[0] if best.samples else None
-    return Decision(
-        turn=best.first_turn, why=why or selection.why, path=path,
-        chosen_index=index, chosen_trajectory=best.index,
-    )  # fmt: skip
+from .trace import RehearsalResult, Timings, Trajectory
 
 
 class Planner:
@@ -153,7 +132,7 @@ class Planner:
         decision = await self._rehearse(ctx)
         if decision is None:
             decision = await self._salvage(ctx)
-        return self._result(ctx, _confirmation(ctx, decision), started)
+        return self._result(ctx, confirmation(ctx, decision), started)
 
     async def _rehearse(self, ctx: RehearsalContext) -> Decision | None:
         """The mode's work under the deadline, then the commit; None when it must be salvaged."""
@@ -226,7 +205,7 @@ class Planner:
         anchor = trajectories[0]
         found = evidence(anchor, ctx.trust)
         if found not in AGAINST:
-            outvoted = _outvoted(ctx, anchor.first_turn)
+            outvoted = outvoted_by_samples(ctx, anchor.first_turn)
             if outvoted is not None:
                 return self._outvoted_choice(ctx, trajectories, outvoted)
             path = "trust_off" if anchor.outcome == "unrehearsed" else "anchor"
@@ -235,11 +214,11 @@ class Planner:
             return Decision(anchor.first_turn, why, path, 0, 0, unconditional=True)
         better = replacement(trajectories, ctx.trust, instead_of=anchor.signature)
         if better is not None:
-            return _decided(better, "replaced")
+            return decided(better, "replaced")
         if found in DETERMINISTIC:
             fallback = least_bad(trajectories, ctx.trust)
             if fallback.trajectory.index != 0:
-                return _decided(fallback, "valid_fallback")
+                return decided(fallback, "valid_fallback")
         why = f"anchor kept although {found}: no rehearsed-clean alternative"
         return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0)
 
@@ -250,7 +229,7 @@ class Planner:
         anchor = trajectories[0]
         better = replacement(trajectories, ctx.trust, instead_of=anchor.signature)
         if better is not None:
-            return _decided(better, "replaced", f"replaced: {outvoted}; {better.why}")
+            return decided(better, "replaced", f"replaced: {outvoted}; {better.why}")
         why = f"anchor kept although {outvoted}: no rehearsed-clean alternative"
         return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0, against=outvoted)
 
@@ -293,7 +272,7 @@ class Planner:
         if any(evidence(t, trust) not in DETERMINISTIC for t in trajectories):
             return None
         refused = least_bad(trajectories, trust).trajectory.steps[0]
-        messages = [*ctx.request.messages, *_refusal(refused)]
+        messages = [*ctx.request.messages, *refusal(refused)]
         try:
             with ctx.phase("commit"):
                 turn = (await ctx.act(messages, n=1, seed=ctx.seed(), role="commit"))[0]
@@ -394,7 +373,7 @@ class Planner:
         """The memory note: walks whose evidence may steer (untrusted vetoes are left out)."""
         trust = ctx.trust
         entries = [entry_for(t) for t in trajectories if evidence(t, trust) != "doubted"]
-        entries += _unseen(ctx.prior, trajectories)
+        entries += unseen(ctx.prior, trajectories)
         return render_note(entries, ctx.settings.memory_tokens) if entries else None
 
     async def _commit(self, ctx: RehearsalContext) -> Decision:
@@ -402,7 +381,7 @@ class Planner:
         if ctx.budget.commit == "select":
             chosen = select(trajectories, ctx.trust)
             if chosen is not None:
-                return _decided(chosen, "selected")
+                return decided(chosen, "selected")
         return await self._reflect(ctx, trajectories)
 
     async def _reflect(self, ctx: RehearsalContext, trajectories: list[Trajectory]) -> Decision:
@@ -438,9 +417,9 @@ class Planner:
         trajectories = [w.freeze() for w in ctx.walks]
         chosen = select(trajectories, ctx.trust)
         if chosen is not None:
-            return _decided(chosen, "reflect_fallback", f"{reason}; {chosen.why}")
+            return decided(chosen, "reflect_fallback", f"{reason}; {chosen.why}")
         worst = least_bad(trajectories, ctx.trust)
-        return _decided(worst, "least_bad", f"{reason}; {worst.why}")
+        return decided(worst, "least_bad", f"{reason}; {worst.why}")
 
     # -- faults and memory ------------------------------------------------------------------
 
@@ -452,7 +431,7 @@ class Planner:
             else:
                 trajectories = [w.freeze() for w in ctx.walks]
                 chosen = select(trajectories, ctx.trust) or least_bad(trajectories, ctx.trust)
-                decision = _decided(chosen, "salvaged")
+                decision = decided(chosen, "salvaged")
             return replace(decision, why=f"degraded {decision.why}", path="salvaged")
         with ctx.phase("commit"):
             turn = await ctx.plain()
@@ -477,7 +456,7 @@ class Planner:
         total = (self.clock() - started) * 1000.0
         check = ctx.checker.check_turn(decision.turn)
         tools = {call.name for turn in ctx.candidates for call in turn.tool_calls}
-        decision = _unrehearsed_by_trust(ctx, decision)
+        decision = unrehearsed_by_trust(ctx, decision)
         return RehearsalResult(
             turn=decision.turn,
             budget=ctx.budget,
@@ -495,106 +474,10 @@ class Planner:
             probes=tuple(ctx.probes),
             trust={tool: ctx.policy(tool) for tool in sorted(tools)},
             risk=dict(ctx.request.risk),
-            degraded=_degraded(ctx.faults),
+            degraded=degraded(ctx.faults),
             faults=tuple(ctx.faults),
             memory_note=ctx.note,
             calls=dict(ctx.calls),
             tokens=dict(ctx.tokens),
             timings=Timings(phases["act"], phases["rehearse"], phases["commit"], total),
         )
-
-
-def _unrehearsed_by_trust(ctx: RehearsalContext, decision: Decision) -> Decision:
-    """Say so when the committed call went unimagined because trust switched its tools off.
-
-    Whatever route chose it (``select``'s vote, a fallback, a schema-valid alternative to an
-    invalid anchor), a call whose walk trust skipped (a tool under ``off``, or under
-    ``ignore_vetoes`` outside the probe rate) was not rehearsed on purpose, so its path is
-    ``trust_off`` and the route stays in ``why``. Any other commit that went unimagined keeps
-    its path and reads ``committed_rehearsed: false``.
-    """
-    if decision.path == "trust_off" or decision.turn.is_answer:
-        return decision
-    signature = decision.turn.signature
-    if not any(w.ended == "skipped" and len(w.steps) == 1 and w.steps[0].turn.signature == signature
-               for w in ctx.walks):  # fmt: skip
-        return decision
-    why = f"{decision.path}, not imagined: trust switched imagination off; {decision.why}"
-    return replace(decision, path="trust_off", why=why)
-
-
-def _outvoted(ctx: RehearsalContext, anchor: AssistantTurn) -> str | None:
-    """Why a destructive anchor lacks the samples' backing, or None when it has it (or needs
-    none): it is committed only when more than half of the sampled candidates are its action."""
-    if ctx.risk_of(anchor) != "destructive" or ctx.budget.budget < 2:
-        return None
-    votes = sum(turn.signature == anchor.signature for turn in ctx.candidates)
-    if 2 * votes > len(ctx.candidates):
-        return None
-    return f"only {votes} of {len(ctx.candidates)} samples chose this destructive call"
-
-
-def _against(ctx: RehearsalContext, decision: Decision) -> str | None:
-    """The evidence against the committed call that no rule acted on, in words, if any."""
-    if decision.against is not None:
-        return decision.against
-    if decision.chosen_trajectory is None:
-        return None
-    trajectory = ctx.walks[decision.chosen_trajectory].freeze()
-    found = evidence(trajectory, ctx.trust)
-    if found not in (*AGAINST, "doubted"):
-        return None
-    worst = trajectory.steps[0].worst  # there is one: evidence against means a bad first step
-    said = ": ".join(part for part in (worst.code, worst.detail) if part) if worst else found
-    if worst is not None and worst.source == "check":
-        return f"a check refused it ({said})"
-    unsure = (
-        ", though this tool's imagined failures proved unreliable" if found == "doubted" else ""
-    )
-    return f"rehearsal imagined it failing ({said}){unsure}"
-
-
-def _confirmation(ctx: RehearsalContext, decision: Decision) -> Decision:
-    """Under ``confirm``: a destructive call with evidence against it becomes a question.
-
-    Only once per call and conversation (``rehearsal.confirm``): a call already held, and
-    answered by the user since, is committed as the rules chose it.
-    """
-    turn = decision.turn
-    if not ctx.budget.confirm or ctx.risk_of(turn) != "destructive":
-        return decision
-    reason = _against(ctx, decision)
-    if reason is None or asked_before(ctx.request.messages, turn):
-        return decision
-    why = f"confirm: held back ({reason}); {decision.why}"
-    return Decision(question(turn, reason), why, "confirm", held=turn)
-
-
-def _refusal(step: Step) -> list[Message]:
-    """The refused turn and, per call, the tool message a re-asking framework would send."""
-    vetoes = {o.call: o for o in step.observations}
-    skipped = json.dumps({"error": "not run: another call of this turn was refused"})
-    messages = [step.turn.to_message()]
-    for call in step.turn.tool_calls:
-        veto = vetoes.get(call)
-        content = veto.as_tool_content() if veto is not None else skipped
-        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
-    return messages
-
-
-def _unseen(prior: list[MemoryEntry], trajectories: list[Trajectory]) -> list[MemoryEntry]:
-    seen = {t.first_turn.actions for t in trajectories}
-    return [entry for entry in prior if entry.actions not in seen]
-
-
-def _degraded(faults: list[str]) -> str | None:
-    """The headline reason: a deadline outranks an engine error, which outranks the store."""
-    kinds = {fault.split(":", 1)[0] for fault in faults}
-    for kind, reason in (
-        ("deadline", "deadline"),
-        ("engine_error", "engine_error"),
-        ("store_error", "store_unavailable"),
-    ):
-        if kind in kinds:
-            return reason
-    return None

@@ -1,0 +1,144 @@
+"""What the planner commits, and the rules it applies to a chosen commit before it goes out.
+
+``Decision`` is the planner's verdict (``rehearsal/planner.py``): the turn, why, the commit path
+and which candidate and trajectory it came from. The functions here read a decision against the
+rehearsal's context, with no engine call of their own: a destructive anchor outvoted by its
+samples, the evidence left against a commit, ``confirm``'s question in its place, a commit that
+trust left unimagined, the refusal a repair call sees, and the headline reason of a degraded run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+from .commit import AGAINST, Selection, evidence
+from .confirm import asked_before, question
+from .context import RehearsalContext
+from .memory import MemoryEntry
+from .messages import AssistantTurn, Message
+from .trace import Step, Trajectory
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to commit and why; indices refer to the result's candidates and trajectories."""
+
+    turn: AssistantTurn
+    why: str
+    path: str
+    chosen_index: int | None = None
+    chosen_trajectory: int | None = None
+    early_exit: str | None = None
+    # The anchor, kept whatever its imagination said (its vetoes not acted on): the one commit
+    # whose imagined failure is an unselected sample for trust (``rehearsal.trust``).
+    unconditional: bool = False
+    # Evidence against the committed call that no rule could act on, said in words (the
+    # ``confirm`` question's reason); the evidence of its trajectory says the rest.
+    against: str | None = None
+    held: AssistantTurn | None = None  # under ``confirm``: the call held back for the user
+
+
+def decided(selection: Selection, path: str, why: str | None = None) -> Decision:
+    best = selection.trajectory
+    index = best.samples[0] if best.samples else None
+    return Decision(
+        turn=best.first_turn, why=why or selection.why, path=path,
+        chosen_index=index, chosen_trajectory=best.index,
+    )  # fmt: skip
+
+
+def unrehearsed_by_trust(ctx: RehearsalContext, decision: Decision) -> Decision:
+    """Say so when the committed call went unimagined because trust switched its tools off.
+
+    Whatever route chose it (``select``'s vote, a fallback, a schema-valid alternative to an
+    invalid anchor), a call whose walk trust skipped (a tool under ``off``, or under
+    ``ignore_vetoes`` outside the probe rate) was not rehearsed on purpose, so its path is
+    ``trust_off`` and the route stays in ``why``. Any other commit that went unimagined keeps
+    its path and reads ``committed_rehearsed: false``.
+    """
+    if decision.path == "trust_off" or decision.turn.is_answer:
+        return decision
+    signature = decision.turn.signature
+    if not any(w.ended == "skipped" and len(w.steps) == 1 and w.steps[0].turn.signature == signature
+               for w in ctx.walks):  # fmt: skip
+        return decision
+    why = f"{decision.path}, not imagined: trust switched imagination off; {decision.why}"
+    return replace(decision, path="trust_off", why=why)
+
+
+def outvoted_by_samples(ctx: RehearsalContext, anchor: AssistantTurn) -> str | None:
+    """Why a destructive anchor lacks the samples' backing, or None when it has it (or needs
+    none): it is committed only when more than half of the sampled candidates are its action."""
+    if ctx.risk_of(anchor) != "destructive" or ctx.budget.budget < 2:
+        return None
+    votes = sum(turn.signature == anchor.signature for turn in ctx.candidates)
+    if 2 * votes > len(ctx.candidates):
+        return None
+    return f"only {votes} of {len(ctx.candidates)} samples chose this destructive call"
+
+
+def against(ctx: RehearsalContext, decision: Decision) -> str | None:
+    """The evidence against the committed call that no rule acted on, in words, if any."""
+    if decision.against is not None:
+        return decision.against
+    if decision.chosen_trajectory is None:
+        return None
+    trajectory = ctx.walks[decision.chosen_trajectory].freeze()
+    found = evidence(trajectory, ctx.trust)
+    if found not in (*AGAINST, "doubted"):
+        return None
+    worst = trajectory.steps[0].worst  # there is one: evidence against means a bad first step
+    said = ": ".join(part for part in (worst.code, worst.detail) if part) if worst else found
+    if worst is not None and worst.source == "check":
+        return f"a check refused it ({said})"
+    unsure = (
+        ", though this tool's imagined failures proved unreliable" if found == "doubted" else ""
+    )
+    return f"rehearsal imagined it failing ({said}){unsure}"
+
+
+def confirmation(ctx: RehearsalContext, decision: Decision) -> Decision:
+    """Under ``confirm``: a destructive call with evidence against it becomes a question.
+
+    Only once per call and conversation (``rehearsal.confirm``): a call already held, and
+    answered by the user since, is committed as the rules chose it.
+    """
+    turn = decision.turn
+    if not ctx.budget.confirm or ctx.risk_of(turn) != "destructive":
+        return decision
+    reason = against(ctx, decision)
+    if reason is None or asked_before(ctx.request.messages, turn):
+        return decision
+    why = f"confirm: held back ({reason}); {decision.why}"
+    return Decision(question(turn, reason), why, "confirm", held=turn)
+
+
+def refusal(step: Step) -> list[Message]:
+    """The refused turn and, per call, the tool message a re-asking framework would send."""
+    vetoes = {o.call: o for o in step.observations}
+    skipped = json.dumps({"error": "not run: another call of this turn was refused"})
+    messages = [step.turn.to_message()]
+    for call in step.turn.tool_calls:
+        veto = vetoes.get(call)
+        content = veto.as_tool_content() if veto is not None else skipped
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+    return messages
+
+
+def unseen(prior: list[MemoryEntry], trajectories: list[Trajectory]) -> list[MemoryEntry]:
+    seen = {t.first_turn.actions for t in trajectories}
+    return [entry for entry in prior if entry.actions not in seen]
+
+
+def degraded(faults: list[str]) -> str | None:
+    """The headline reason: a deadline outranks an engine error, which outranks the store."""
+    kinds = {fault.split(":", 1)[0] for fault in faults}
+    for kind, reason in (
+        ("deadline", "deadline"),
+        ("engine_error", "engine_error"),
+        ("store_error", "store_unavailable"),
+    ):
+        if kind in kinds:
+            return reason
+    return None
