@@ -76,12 +76,7 @@ from .commit import (
     replacement,
     select,
 )
-from .context import (
-    PlannerSettings,
-    RehearsalContext,
-    RehearsalRequest,
-    WalkState,
-)
+from .context import RehearsalContext, WalkState
 from .decision import (
     Decision,
     confirmation,
@@ -97,6 +92,7 @@ from .hindsight import REPEAT_CODE
 from .memory import MemoryEntry, entry_for, note_message, render_note
 from .messages import ANSWER, AssistantTurn
 from .ports import Generator, MemoryStore
+from .request import PlannerSettings, RehearsalRequest
 from .trace import RehearsalResult, Timings, Trajectory
 
 

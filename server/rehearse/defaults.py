@@ -7,8 +7,8 @@ list of parts and ``RehearsalService`` receives plain core objects.
 from __future__ import annotations
 
 from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps
-from rehearsal_gateway.rehearsal.context import PlannerSettings
 from rehearsal_gateway.rehearsal.prompts import DEFAULT_SYSTEM_INSTRUCTION, load_system_instruction
+from rehearsal_gateway.rehearsal.request import PlannerSettings
 from rehearsal_gateway.rehearsal.risk import RiskPolicy, RiskSettings
 from rehearsal_gateway.rehearsal.trust import TrustSettings
 

@@ -26,10 +26,10 @@ from typing import Any
 import orjson
 
 from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps, names_a_knob, resolve_budget
-from rehearsal_gateway.rehearsal.context import PlannerSettings, RehearsalRequest
 from rehearsal_gateway.rehearsal.errors import BudgetError, GeneratorError
 from rehearsal_gateway.rehearsal.messages import AssistantTurn
 from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.request import PlannerSettings, RehearsalRequest
 from rehearsal_gateway.rehearsal.risk import RiskPolicy, RiskSettings, classify, strip_annotations
 from rehearsal_gateway.rehearsal.trace import ImaginedObservation, RehearsalResult
 from rehearsal_gateway.rehearsal.trust import (

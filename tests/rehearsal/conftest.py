@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rehearsal_gateway.rehearsal.budget import Budget
-from rehearsal_gateway.rehearsal.context import RehearsalRequest
+from rehearsal_gateway.rehearsal.request import RehearsalRequest
 
 TOOLS: tuple[dict[str, Any], ...] = (
     {

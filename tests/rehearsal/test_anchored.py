@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from rehearsal_gateway.rehearsal.budget import Budget
-from rehearsal_gateway.rehearsal.context import PlannerSettings
 from rehearsal_gateway.rehearsal.errors import GeneratorError
 from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.request import PlannerSettings
 from rehearsal_gateway.rehearsal.testing import (
     ScriptedGenerator,
     about,

@@ -10,7 +10,6 @@ import pytest
 
 from rehearsal_gateway.rehearsal.budget import Budget
 from rehearsal_gateway.rehearsal.commit import evidence, least_bad
-from rehearsal_gateway.rehearsal.context import RehearsalRequest
 from rehearsal_gateway.rehearsal.errors import GeneratorError
 from rehearsal_gateway.rehearsal.hindsight import (
     REPEAT_CODE,
@@ -19,6 +18,7 @@ from rehearsal_gateway.rehearsal.hindsight import (
     real_failures,
 )
 from rehearsal_gateway.rehearsal.planner import Planner
+from rehearsal_gateway.rehearsal.request import RehearsalRequest
 from rehearsal_gateway.rehearsal.testing import (
     ScriptedGenerator,
     about,

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps
-from rehearsal_gateway.rehearsal.context import PlannerSettings
+from rehearsal_gateway.rehearsal.request import PlannerSettings
 from rehearsal_gateway.server.chat.service import ChatService
 from rehearsal_gateway.server.engines.pool import affinity_key
 from rehearsal_gateway.server.errors import InvalidRequest
