@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Mapping
+from typing import Self
 
 import aiohttp
 import httpx
@@ -23,7 +24,7 @@ import httpx
 from ..settings import GatewaySettings
 from .transport import EngineRequest, EngineResponse
 
-__all__ = ["AiohttpTransport", "socket_cap", "tls_context"]
+__all__ = ["AiohttpTransport", "SocketBounds", "socket_cap", "tls_context"]
 
 
 def socket_cap(settings: GatewaySettings) -> int:
@@ -41,6 +42,30 @@ def socket_cap(settings: GatewaySettings) -> int:
 def tls_context(settings: GatewaySettings) -> ssl.SSLContext:
     """What https engines are checked against: the system's CAs, or ``RGW_ENGINE_CA_FILE``."""
     return ssl.create_default_context(cafile=settings.engine_ca_file)
+
+
+class SocketBounds:
+    """What every pooled transport is bounded by: a socket cap, idle expiry and one TLS context.
+
+    Both transports take them from the settings the same way (``of``), so the bounds cannot drift
+    apart between the default and the selectable one.
+    """
+
+    def __init__(
+        self, *, sockets: int = 100, keepalive_s: float = 4.0, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.sockets = sockets
+        self.keepalive_s = keepalive_s
+        self.tls = tls or ssl.create_default_context()
+
+    @classmethod
+    def of(cls, settings: GatewaySettings) -> Self:
+        """A transport bounded as the settings say: the socket cap, keep-alive expiry and TLS."""
+        return cls(
+            sockets=socket_cap(settings),
+            keepalive_s=settings.engine_keepalive_s,
+            tls=tls_context(settings),
+        )
 
 
 def _httpx_error(exc: aiohttp.ClientError) -> httpx.TransportError:
@@ -100,25 +125,15 @@ class AiohttpResponse:
         self._response.close()
 
 
-class AiohttpTransport:
+class AiohttpTransport(SocketBounds):
     """Engine calls on one ``aiohttp.ClientSession``: its pool, parser and TLS."""
 
     def __init__(
         self, *, sockets: int = 100, keepalive_s: float = 4.0, tls: ssl.SSLContext | None = None
     ) -> None:
-        self.sockets = sockets
-        self.keepalive_s = keepalive_s
-        self.tls = tls or ssl.create_default_context()
+        super().__init__(sockets=sockets, keepalive_s=keepalive_s, tls=tls)
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
-
-    @classmethod
-    def of(cls, settings: GatewaySettings) -> AiohttpTransport:
-        return cls(
-            sockets=socket_cap(settings),
-            keepalive_s=settings.engine_keepalive_s,
-            tls=tls_context(settings),
-        )
 
     def _open(self) -> aiohttp.ClientSession:
         """The session, made on first use: aiohttp wants it made inside the running loop."""

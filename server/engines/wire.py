@@ -34,10 +34,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..settings import GatewaySettings
 from .exchange import Exchange, Key
 from .transport import EngineRequest, EngineResponse
-from .transports import socket_cap, tls_context
+from .transports import SocketBounds
 
 __all__ = ["WireTransport"]
 
@@ -109,29 +108,19 @@ class WireResponse:
         self.owner.release(self.conn, reuse=not early and not self.conn.closed)
 
 
-class WireTransport:
+class WireTransport(SocketBounds):
     """Engine calls on keep-alive sockets of its own, capped at ``sockets`` open at once."""
 
     def __init__(
         self, *, sockets: int = 100, keepalive_s: float = 4.0, tls: ssl.SSLContext | None = None
     ) -> None:
-        self.sockets = sockets
-        self.keepalive_s = keepalive_s
-        self.tls = tls or ssl.create_default_context()
+        super().__init__(sockets=sockets, keepalive_s=keepalive_s, tls=tls)
         self.open = 0  # sockets connected or connecting, idle ones included
         self._idle: dict[Key, list[Exchange]] = {}
         self._targets: dict[str, tuple[Key, str, str]] = {}
         self._room: asyncio.Event | None = None  # set when a socket closes or comes back
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
-
-    @classmethod
-    def of(cls, settings: GatewaySettings) -> WireTransport:
-        return cls(
-            sockets=socket_cap(settings),
-            keepalive_s=settings.engine_keepalive_s,
-            tls=tls_context(settings),
-        )
 
     async def send(self, request: EngineRequest) -> EngineResponse:
         key, target, authority = self._targets.get(request.url) or self._parse(request.url)
