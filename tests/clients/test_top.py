@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from rehearsal_gateway.clients import top
+from rehearsal_gateway.clients import top, top_frame
 from tests.deploy.promql import exposed_names, spec_names
 from tests.support.procs import ROOT, free_port
 
@@ -31,8 +31,8 @@ METRICS_TEXT = (FIXTURES / "metrics.txt").read_text()
 URL = "http://127.0.0.1:8000"
 
 
-def _snapshot(text: str = METRICS_TEXT) -> top.MetricsSnapshot:
-    return top.parse_snapshot(text)
+def _snapshot(text: str = METRICS_TEXT) -> top_frame.MetricsSnapshot:
+    return top_frame.parse_snapshot(text)
 
 
 def _requests_page(count: float) -> str:
@@ -45,20 +45,20 @@ def _requests_page(count: float) -> str:
 def test_fixture_uses_only_contract_names() -> None:
     """The snapshot fixture exposes exactly the gateway families that docs/metrics-spec.md names."""
     names = {name for name in exposed_names(METRICS_TEXT) if not name.endswith("_created")}
-    gateway_spec = {name for name in spec_names() if name.startswith(top.PREFIX)}
+    gateway_spec = {name for name in spec_names() if name.startswith(top_frame.PREFIX)}
     assert names == gateway_spec
 
 
 def test_snapshot_renders_expected_text() -> None:
     """A fixed /metrics page renders to the stored frame at a 100-column terminal."""
-    frame = top.build_frame(URL, _snapshot())
+    frame = top_frame.build_frame(URL, _snapshot())
     expected = (FIXTURES / "top_frame.txt").read_text()
     assert top.render_text(top.render(frame, 1.0), width=100) == expected
 
 
 def test_frame_numbers_from_fixture() -> None:
     """The frame's numbers are the fixture's: totals, fidelity mean, ratio, engines."""
-    frame = top.build_frame(URL, _snapshot())
+    frame = top_frame.build_frame(URL, _snapshot())
     assert frame.requests == 75
     assert frame.in_flight == 3
     assert frame.fidelity_mean == pytest.approx((15 * 0.92 + 3 * 0.98 + 2 * 0.35) / 20)
@@ -68,21 +68,25 @@ def test_frame_numbers_from_fixture() -> None:
         frame.latency("rehearsal").p95 / frame.latency("real tool call").p95  # type: ignore[operator]
     )
     assert frame.engines == (
-        top.EngineRow("engine-0", True, 2.0),
-        top.EngineRow("engine-1", False, 0.0),
+        top_frame.EngineRow("engine-0", True, 2.0),
+        top_frame.EngineRow("engine-1", False, 0.0),
     )
     assert frame.requests_per_s is None
 
 
 def test_requests_per_second_from_counter_deltas() -> None:
     """Requests/s is the counter's increase between two refreshes over the time between them."""
-    frame = top.build_frame(URL, _snapshot(_requests_page(75)), _snapshot(_requests_page(65)), 2.0)
+    frame = top_frame.build_frame(
+        URL, _snapshot(_requests_page(75)), _snapshot(_requests_page(65)), 2.0
+    )
     assert frame.requests_per_s == pytest.approx(5.0)
 
 
 def test_counter_reset_counts_from_zero() -> None:
     """A counter that went down (gateway restarted) counts its new value, as rate() does."""
-    frame = top.build_frame(URL, _snapshot(_requests_page(4)), _snapshot(_requests_page(90)), 1.0)
+    frame = top_frame.build_frame(
+        URL, _snapshot(_requests_page(4)), _snapshot(_requests_page(90)), 1.0
+    )
     assert frame.requests_per_s == pytest.approx(4.0)
 
 
@@ -101,7 +105,7 @@ def test_bucket_quantile(
     q: float, buckets: list[tuple[float, float]], expected: float | None
 ) -> None:
     """Quantiles interpolate in cumulative buckets as Prometheus' histogram_quantile does."""
-    assert top.bucket_quantile(q, buckets) == expected
+    assert top_frame.bucket_quantile(q, buckets) == expected
 
 
 def test_gauges_from_several_workers() -> None:
@@ -114,12 +118,14 @@ def test_gauges_from_several_workers() -> None:
         'rehearsal_gateway_engine_queue_depth{engine="e0",pid="1"} 3.0\n'
         'rehearsal_gateway_engine_queue_depth{engine="e0",pid="2"} 7.0\n'
     )
-    assert top.build_frame(URL, _snapshot(text)).engines == (top.EngineRow("e0", False, 7.0),)
+    assert top_frame.build_frame(URL, _snapshot(text)).engines == (
+        top_frame.EngineRow("e0", False, 7.0),
+    )
 
 
 def test_empty_page_renders_placeholders() -> None:
     """A gateway that has served nothing yet renders dashes, not errors."""
-    text = top.render_text(top.render(top.build_frame(URL, _snapshot("")), 1.0))
+    text = top.render_text(top.render(top_frame.build_frame(URL, _snapshot("")), 1.0))
     assert "rehearsal p95 / real call p95 —" in text
     assert "fidelity       — (n 0)" in text
 
@@ -271,7 +277,7 @@ def test_register_adds_top_subcommand() -> None:
 
 def test_frame_fits_an_80_by_24_terminal() -> None:
     """At 80 columns the whole view is at most 24 lines, every pane and engine in it, uncut."""
-    frame = top.build_frame(URL, _snapshot())
+    frame = top_frame.build_frame(URL, _snapshot())
     text = top.render_text(top.render(frame, 1.0), width=80)
     lines = text.splitlines()
     assert len(lines) <= 24

@@ -8,7 +8,7 @@ import subprocess
 
 import httpx
 
-from rehearsal_gateway.clients import top, vetoes
+from rehearsal_gateway.clients import top_frame, vetoes
 from rehearsal_gateway.clients.eval.report import _vetoes
 from rehearsal_gateway.clients.eval.summary import CellSummary
 from tests.clients.conftest import API_KEY
@@ -23,7 +23,7 @@ def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _metric_kinds(stack: Stack) -> dict[str, int]:
     page = httpx.get(stack.gateway.url + "/metrics", timeout=10).text
-    return vetoes.from_samples(top.parse_snapshot(page).samples("vetoes_total"))
+    return vetoes.from_samples(top_frame.parse_snapshot(page).samples("vetoes_total"))
 
 
 def test_kinds_render_most_frequent_first() -> None:
@@ -61,4 +61,4 @@ def test_chat_trace_top_and_metrics_agree(stack: Stack) -> None:
         kinds
     )
     page = httpx.get(stack.gateway.url + "/metrics", timeout=10).text
-    assert top.build_frame(stack.gateway.url, top.parse_snapshot(page)).vetoes == after
+    assert top_frame.build_frame(stack.gateway.url, top_frame.parse_snapshot(page)).vetoes == after
