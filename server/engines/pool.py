@@ -1,70 +1,25 @@
 """The engine pool: which engine serves a call, how much each carries, whether each is alive.
 
-Routing is **session-affine**. A call carries an affinity key (``X-Session-Id``, else the
-request's ``user``, else a hash of the conversation's first messages); among the engines that
-serve the wanted role and model, the one with the highest rendezvous score for that key is
-preferred, so one conversation keeps landing where its prefix is cached, and removing an engine
-only moves the sessions it held. When the preferred engine is unhealthy or at its concurrency
-limit, the least-loaded healthy engine with room takes the call; when all are full the call waits
-(up to ``queue_timeout``) for a slot.
+- **Session-affine routing.** A call's affinity key (``X-Session-Id``, else ``user``, else a
+  hash of the first messages) picks, by rendezvous score, the engine that holds its prefix cache;
+  when that one is unhealthy or full, the least-loaded healthy engine with room takes the call,
+  and when all are full it waits up to ``queue_timeout``. A router entry
+  (``router=vllm-router``) is one engine that receives the key in the form it hashes on.
+- **Rehearsal never takes the room real work needs.** Rehearsal-role calls hold at most
+  ``rehearsal_share`` of an engine's slots and never take a freed slot a waiting acting call
+  could use: vLLM admits into its batch by ``--max-num-seqs`` whatever the priority, so only the
+  gateway can keep room (decision 0011). With ``rehearsal_yield`` an acting call also cancels
+  the imaginations running beside it (``yielding.py``, decision 0013). Engines that serve the
+  rehearsal role only (``RGW_REHEARSAL_ENGINES``) take imaginations first, so no real work pays.
+- **Health that does not lie about a busy engine**: passive ejection after ``eject_after``
+  failed calls, active probes excused while real traffic flows (``health.py``), canaries for an
+  engine hung behind ``/health`` (``stalls.py``, decision 0105). Calls waiting on an engine taken
+  out as hung or stalled are aborted at once, so they move elsewhere or answer 504.
+- **Engines may change while serving**: ``replace_group`` swaps one discovered group; calls in
+  flight on a departed engine finish there.
 
-**Rehearsal never takes the room real work needs.** Rehearsal-role calls (imagined tool results)
-may hold at most ``rehearsal_share`` of an engine's slots (``RGW_REHEARSAL_ENGINE_SHARE``), so
-the rest stays free for acting calls, commits and pass-through; and a rehearsal call does not take
-a freed slot that a waiting acting call could use: it waits behind it. The engine's own scheduler
-cannot do this: vLLM (0.32, V1 scheduler, ``--scheduling-policy priority``) orders its waiting
-queue by priority but admits into its running batch only while fewer than ``--max-num-seqs``
-requests run, and preempts a running request only when KV-cache blocks run out, so a batch full
-of long imaginations makes real work wait whatever its priority. Matching an engine's
-``max_concurrency`` to its ``--max-num-seqs`` makes the share a share of vLLM's batch
-(docs/configuration.md). A rehearsal call that gets no slot in time is cut by its rehearsal's
-deadline (or, past ``queue_timeout``, refused ``EngineOverloaded``), and the rehearsal degrades as
-after any other engine fault: its answer still comes.
-
-**Imagination may have engines of its own** (``RGW_REHEARSAL_ENGINES``, ``serve
---rehearsal-engine``). Engines that serve the rehearsal role only take rehearsal-role calls
-first, by the same affinity, so that a rehearsal's imaginations (a fresh chat that shares no
-prefix with the acting call, but one with each other) land together; the engines of real work
-take one only when none of those is healthy with room, and then within their share. Acting
-calls, commits and pass-through never go to them, so imagination there slows no real work.
-
-**Imagination yields to real work** (``rehearsal_yield``, ``RGW_REHEARSAL_YIELD``). Even within
-its share, an imagination runs in every decode step the real work runs in, and on a small engine
-that slows the real work (docs/benchmarks.md). With yielding on, an acting call that takes its
-slot on an engine cancels the rehearsal-role calls running there (closing the connection aborts
-the request in vLLM), and a rehearsal-role call does not start while real work runs there; each
-cancelled call is sent again, whole, once the engine has no real work (the prefix cache keeps
-the prompt; the tokens it had written are lost), within its rehearsal's deadline, and only once
-that work was quiet for ``rehearsal_yield_quiet_s``. A rehearsal's own acting calls neither
-cancel nor hold back its own imaginations (``owner``; ``server/engines/yielding.py``).
-
-Health comes from three sides, and none lies about a busy engine:
-
-- **passive**: ``eject_after`` consecutive failed calls (refused, timed out, broken, 5xx) take an
-  engine out; any answered call resets the count;
-- **active**: a periodic probe (``/health``, ``/metrics`` for the queue depth, ``/v1/models`` for
-  served names); ``health_failures`` failed probes in a row take an engine out, and a probe that
-  timed out does not count while the engine delivered bytes of real traffic since the previous
-  probe — a saturated engine answers slowly, it is not dead. One passing probe brings it back;
-- **canaries**: an engine whose calls waited ``RGW_ENGINE_STALL_AFTER_S`` while nothing came
-  back from it gets a one-token call; unanswered, it is taken out until one is answered, whatever
-  its probes say (``server/engines/stalls.py``).
-
-An engine taken out by its probes (silent: no probe, no byte of traffic) is **hung**, and one taken
-out by a canary **stalled**: the calls waiting on it are aborted at once (``Engine.abort_calls``)
-so that the caller can move them to another engine while nothing was sent to the client, or
-answer 504 — instead of waiting for a read timeout sized for long generations. The pool holds no
-HTTP client: probing is a function handed to ``run_health_checks``, a canary one handed to the
-stall watch.
-
-An entry may be a router in front of a fleet (``router=vllm-router``,
-``server/engines/routers.py``): the pool then treats it as one engine with no concurrency limit of
-its own unless one is configured, and every call to it carries the call's affinity key in the form
-that router hashes on.
-
-The set of engines may change while serving: ``replace_group`` swaps the members of one
-discovered group (``server/engines/discovery.py``). Calls in flight on a departed engine finish
-there; only new calls stop going to it.
+The pool holds no HTTP client: probes and canaries are functions handed to it. The whole story,
+with every setting: docs/gateway.md (Routing; Faults).
 """
 
 from __future__ import annotations
