@@ -2,11 +2,12 @@
 
 Each engine is one ``vllm serve`` with the flags EnvACE needs (hermes tool calls, the Qwen3
 reasoning parser, prefix caching) on a free loopback port, one GPU each when ``--gpus`` lists
-them (``server/launcher/processes.py`` runs the processes). Once every engine answers
-``/health`` the gateway starts in this process through ``serve``'s own code: ``up`` takes
-``serve``'s flags, adds the engines it started to ``--engine`` and calls
-``server.launcher.serve.run``, so both read one ``GatewaySettings``. Ctrl-C or SIGTERM stops
-the gateway, then every engine's process group.
+them; ``--rehearsal-engines`` / ``--rehearsal-gpus`` add a second set that only imagines
+(``server/launcher/engine_sets.py`` plans both sets, ``server/launcher/processes.py`` runs the
+processes). Once every engine answers ``/health`` the gateway starts in this process through
+``serve``'s own code: ``up`` takes ``serve``'s flags, adds the engines it started to
+``--engine`` and ``--rehearsal-engine`` and calls ``server.launcher.serve.run``, so both read
+one ``GatewaySettings``. Ctrl-C or SIGTERM stops the gateway, then every engine's process group.
 
 Errors::
 
@@ -33,31 +34,31 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from .engine_sets import (
+    ENVACE_FLAGS,
+    MAIN_PREFIX,
+    REHEARSAL_PREFIX,
+    EngineSet,
+    UsageError,
+    batch_slots,
+    engine_gpus,
+    extra_vllm_args,
+    rehearsal_gpus,
+    vllm_argv,
+)
+
 if TYPE_CHECKING:
     from ..settings import GatewaySettings
     from .processes import EnginePlan, EngineProcess
 
-ENVACE_FLAGS = (
-    "--enable-auto-tool-choice",
-    "--tool-call-parser",
-    "hermes",
-    "--reasoning-parser",
-    "qwen3",
-    "--enable-prefix-caching",
-)
-# Set by `up` itself: a second copy among the pass-through flags would break the wiring.
-RESERVED_FLAGS = ("--host", "--port", "--served-model-name")
-MAX_NUM_SEQS = "--max-num-seqs"
+__all__ = ["ENVACE_FLAGS", "UsageError", "batch_slots", "register", "run"]
+
 STOP_GRACE_S = 15.0
 START_TIMEOUT_S = 1200.0  # an 8B model loads in minutes; a first download can take longer
 INSTALL_HINT = (
     "install it with `pip install 'rehearsal-gateway[gpu]'`, or point --vllm at the vllm "
     "executable of a vLLM environment (e.g. --vllm /opt/vllm/bin/vllm)"
 )
-
-
-class UsageError(Exception):
-    """A flag, a missing vLLM or a gateway setting that makes starting pointless."""
 
 
 class Stopped(BaseException):
@@ -81,9 +82,12 @@ def register(subparsers: Any) -> None:
         help="start vLLM engines for a model, then serve the gateway in front of them",
         description="Start N `vllm serve` engines with the EnvACE flags on free loopback ports, "
         "wait until they are healthy, then run the gateway (every `serve` flag applies; "
-        "--engine adds engines that already run). Ctrl-C stops everything.",
+        "--engine adds engines that already run). With --rehearsal-engines or --rehearsal-gpus "
+        "a second set starts too, and the gateway sends it only rehearsal-role calls. "
+        "Ctrl-C stops everything.",
         epilog="examples:\n"
         "  rehearsal-gateway up --model Qwen/Qwen3-8B --gpus 0,1 --port 8000\n"
+        "  rehearsal-gateway up --model Qwen/Qwen3-8B --gpus 0,1,2 --rehearsal-gpus 3\n"
         "  rehearsal-gateway up --model /models/envace --rehearsal-mode parallel "
         "-- --max-model-len 32768",
     )
@@ -98,6 +102,18 @@ def register(subparsers: Any) -> None:
         "--gpus",
         metavar="ID,…",
         help="one GPU per engine, as CUDA_VISIBLE_DEVICES, e.g. 0,1 (default: none)",
+    )
+    group.add_argument(
+        "--rehearsal-engines",
+        type=int,
+        metavar="N",
+        help="engines to start for imagination only, the gateway's --rehearsal-engine set "
+        "(default: one per --rehearsal-gpus GPU, else 0)",
+    )
+    group.add_argument(
+        "--rehearsal-gpus",
+        metavar="ID,…",
+        help="one GPU per rehearsal engine, none of --gpus' (needed with --gpus; default: none)",
     )
     group.add_argument(
         "--served-model-name", metavar="NAME", help="the name clients ask for (default: basename)"
@@ -146,73 +162,6 @@ def find_vllm(explicit: str | None) -> str:
             f"vLLM not found (no vllm beside {sys.executable} or on PATH); {INSTALL_HINT}"
         )
     return found
-
-
-def engine_gpus(engines: int | None, gpus: str | None) -> list[str | None]:
-    """One entry per engine: the GPU it gets, or None without ``--gpus``."""
-    if gpus is None:
-        count = 1 if engines is None else engines
-        if count < 1:
-            raise UsageError(f"--engines must be at least 1, got {count}")
-        return [None] * count
-    ids = [item.strip() for item in gpus.split(",")]
-    if not all(ids) or len(set(ids)) != len(ids):
-        raise UsageError(f"--gpus takes distinct ids separated by commas, got {gpus!r}")
-    count = len(ids) if engines is None else engines
-    if count < 1:
-        raise UsageError(f"--engines must be at least 1, got {count}")
-    if count > len(ids):
-        raise UsageError(f"{count} engines need {count} GPUs, --gpus lists {len(ids)}")
-    return list(ids[:count])
-
-
-def _extra_vllm_args(args: argparse.Namespace) -> list[str]:
-    extra = [*args.vllm_arg, *args.vllm_args]
-    for arg in extra:
-        for flag in RESERVED_FLAGS:
-            if arg == flag or arg.startswith(flag + "="):
-                hint = " (use up's own --served-model-name)" if flag == RESERVED_FLAGS[2] else ""
-                raise UsageError(f"{flag} is set by up for each engine{hint}")
-    return extra
-
-
-def batch_slots(extra: list[str], default: int, workers: int = 1) -> tuple[int, tuple[str, ...]]:
-    """Each gateway worker's slots per engine, and the vLLM flags (none when the user set them).
-
-    The workers' slots per engine (``max_concurrency`` each) must add up to vLLM's
-    ``--max-num-seqs`` for ``RGW_REHEARSAL_ENGINE_SHARE`` to be a share of the engine's batch: a
-    ``--max-num-seqs`` among the vLLM arguments is split between the workers, else vLLM is given
-    the workers' ``RGW_ENGINE_MAX_CONCURRENCY`` (``default``) each. The gateway never has more
-    calls than that in flight on one engine, so a larger vLLM batch would stay unused.
-    """
-    for index, arg in enumerate(extra):
-        value = None
-        if arg == MAX_NUM_SEQS:
-            value = extra[index + 1] if index + 1 < len(extra) else ""
-        elif arg.startswith(MAX_NUM_SEQS + "="):
-            value = arg.split("=", 1)[1]
-        if value is not None:
-            if not value.isdigit() or int(value) < 1:
-                raise UsageError(f"{MAX_NUM_SEQS} must be a positive integer, got {value!r}")
-            return max(1, int(value) // workers), ()
-    return default, (MAX_NUM_SEQS, str(default * workers))
-
-
-def _vllm_argv(
-    args: argparse.Namespace,
-    vllm: str,
-    port: int,
-    extra: list[str],
-    scheduling: str,
-    batch: tuple[str, ...],
-) -> tuple[str, ...]:
-    from .processes import ENGINE_HOST
-
-    # The gateway's RGW_ENGINE_SCHEDULING says how the engines schedule: they must agree.
-    policy = ("--scheduling-policy", "priority") if scheduling == "priority" else ()
-    return (vllm, "serve", args.model, "--host", ENGINE_HOST, "--port", str(port),
-            "--served-model-name", args.served_model_name, *batch, *ENVACE_FLAGS, *policy,
-            *extra)  # fmt: skip
 
 
 def _check_gateway(args: argparse.Namespace) -> GatewaySettings:
@@ -275,48 +224,51 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     """Start the engines, wait for their health, serve the gateway; stop everything after."""
-    from .processes import EnginePlan, free_ports
+    from .processes import free_ports
 
     try:
         vllm = find_vllm(args.vllm)
         gpus = engine_gpus(args.engines, args.gpus)
-        extra = _extra_vllm_args(args)
+        imagining = rehearsal_gpus(args.rehearsal_engines, args.rehearsal_gpus, gpus)
+        extra = extra_vllm_args(args)
         args.served_model_name = args.served_model_name or Path(args.model.rstrip("/")).name
-        ports = free_ports(len(gpus))
-        names = [f"engine{index}" for index in range(len(gpus))]
-        others = list(args.engine or [])
-        args.engine = [*_engine_specs(names, ports, args.served_model_name, None), *others]
+        ports = free_ports(len(gpus) + len(imagining))
+        main = EngineSet(MAIN_PREFIX, tuple(gpus), tuple(ports[: len(gpus)]))
+        rehearsal = EngineSet(REHEARSAL_PREFIX, tuple(imagining), tuple(ports[len(gpus) :]))
+        others = (list(args.engine or []), list(args.rehearsal_engine or []))
+        _wire(args, main, rehearsal, others, None)
         settings = _check_gateway(args)
         slots, batch = batch_slots(extra, settings.engine_max_concurrency, settings.workers)
-        args.engine = [*_engine_specs(names, ports, args.served_model_name, slots), *others]
+        _wire(args, main, rehearsal, others, slots)
         scheduling = settings.engine_scheduling
         log_dir = _log_dir(args.log_dir)
     except UsageError as exc:
         print(f"rehearsal-gateway up: {exc}", file=sys.stderr)
         return 2
-    plans = [
-        EnginePlan(
-            name,
-            port,
-            gpu,
-            _vllm_argv(args, vllm, port, extra, scheduling, batch),
-            log_dir / f"{name}.log",
-        )
-        for name, port, gpu in zip(names, ports, gpus, strict=True)
-    ]
-    print(f"rehearsal-gateway up: {len(plans)} engine(s) for {args.model}, logs in {log_dir}")
+    argv_for = {port: vllm_argv(args, vllm, port, extra, scheduling, batch) for port in ports}
+    plans = [*main.plans(argv_for, log_dir), *rehearsal.plans(argv_for, log_dir)]
+    sets = f"{len(gpus)} engine(s)"
+    if imagining:
+        sets += f" and {len(imagining)} rehearsal engine(s)"
+    print(f"rehearsal-gateway up: {sets} for {args.model}, logs in {log_dir}")
     return _run_engines(args, plans)
 
 
-def _engine_specs(names: list[str], ports: list[int], model: str, slots: int | None) -> list[str]:
-    """The gateway's ``--engine`` entries for the engines ``up`` starts."""
-    from .processes import engine_url
+def _wire(
+    args: argparse.Namespace,
+    main: EngineSet,
+    rehearsal: EngineSet,
+    others: tuple[list[str], list[str]],
+    slots: int | None,
+) -> None:
+    """Point the gateway's two sets at the engines ``up`` starts, beside any already running.
 
-    cap = "" if slots is None else f",max_concurrency={slots}"
-    return [
-        f"{engine_url(port)},name={name},model={model}{cap}"
-        for name, port in zip(names, ports, strict=True)
-    ]
+    A rehearsal engine takes the main engines' slots too: it serves the rehearse role with all of
+    them (``RGW_REHEARSAL_ENGINE_SHARE`` applies to engines that also act).
+    """
+    model = args.served_model_name
+    args.engine = [*main.specs(model, slots), *others[0]]
+    args.rehearsal_engine = [*rehearsal.specs(model, slots), *others[1]] or None
 
 
 def _log_dir(flag: str | None) -> Path:

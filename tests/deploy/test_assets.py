@@ -337,7 +337,7 @@ def test_redis_persistence_is_as_documented(name: str) -> None:
     assert "PONG" in redis["healthcheck"]["test"][-1]
 
 
-@pytest.mark.parametrize("name", [*COMPOSE_FILES, "compose.router.yaml"])
+@pytest.mark.parametrize("name", [*COMPOSE_FILES, "compose.router.yaml", "compose.split.yaml"])
 def test_stop_grace_follows_the_gateway_drain(name: str) -> None:
     """`docker compose stop` waits the gateway's drain (RGW_SHUTDOWN_GRACE_S) plus the SIGKILL
     margin: equal, so that changing one without the other fails here."""
