@@ -7,6 +7,7 @@ instead, for tests about the process itself (signals, workers, uvicorn's log lin
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,9 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.server.up_support import kill_groups
 from tests.support import inprocess
 from tests.support.inprocess import InProcessGateway
-from tests.support.procs import Proc, cli_argv, free_port, start_http_server
+from tests.support.procs import ROOT, Proc, cli_argv, free_port, start_http_server
 
 TWIN_MODEL = "EnvACE-Qwen3-8B"
 
@@ -106,3 +108,24 @@ def metric_value(base_url: str, name: str, **labels: str) -> float:
         if all(f'{key}="{val}"' in series for key, val in labels.items()):
             total += float(value)
     return total
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path) -> Path:
+    """An executable named vllm that runs tests/support/fake_vllm.py with this interpreter."""
+    path = tmp_path / "bin" / "vllm"
+    path.parent.mkdir()
+    path.write_text(
+        f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m tests.support.fake_vllm "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def records(tmp_path: Path) -> Iterator[Path]:
+    """Where the fake writes what it was given; every group it recorded is gone afterwards."""
+    path = tmp_path / "records"
+    path.mkdir()
+    yield path
+    kill_groups([json.loads(f.read_text())["pgid"] for f in path.glob("*.json")])

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,15 @@ import pytest
 from rehearsal_gateway.server.launcher.up import ENVACE_FLAGS, UsageError, batch_slots
 from tests.contract.wire import USER_ASKS, WEATHER_TOOL, forced_tool_call_extra
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL, metric_value
+from tests.server.up_support import (
+    INSTALL_HINT,
+    MODEL,
+    assert_group_gone,
+    engines_in,
+    kill_groups,
+    listening,
+    run_up,
+)
 from tests.support.procs import ROOT, Proc, cli_argv, free_port, start_http_server
 from tests.support.vllm import (
     MAX_MODEL_LEN,
@@ -37,81 +44,6 @@ from tests.support.vllm import (
     VllmEnvMissing,
     check_vllm_env,
 )
-
-ENGINE_LINE = re.compile(r"(engine\d+): pid (\d+)(?:, GPU \S+)?, http://127\.0\.0\.1:(\d+)/v1")
-MODEL = "/models/EnvACE-Qwen3-8B"  # never loaded: the fake only reads the name
-INSTALL_HINT = "pip install 'rehearsal-gateway[gpu]'"
-
-
-def live_members(pgid: int) -> list[int]:
-    """Processes of group ``pgid`` that still run (zombies waiting for a reaper do not count)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            pid, _, rest = stat.read_text().partition(" (")
-        except OSError:
-            continue
-        fields = rest.rpartition(") ")[2].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(pid))
-    return members
-
-
-def assert_group_gone(pgid: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while live_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert live_members(pgid) == [], f"process group {pgid} survived"
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def engines_in(output: str) -> dict[str, tuple[int, int]]:
-    """``{"engine0": (pid, port), …}`` as printed by ``up``."""
-    return {name: (int(pid), int(port)) for name, pid, port in ENGINE_LINE.findall(output)}
-
-
-def kill_groups(pgids: list[int]) -> None:
-    """Test cleanup for a failing ``up``: nothing it started may outlive the test."""
-    for pgid in pgids:
-        if live_members(pgid):
-            os.killpg(pgid, signal.SIGKILL)
-
-
-@pytest.fixture
-def fake_vllm(tmp_path: Path) -> Path:
-    """An executable named vllm that runs tests/support/fake_vllm.py with this interpreter."""
-    path = tmp_path / "bin" / "vllm"
-    path.parent.mkdir()
-    path.write_text(
-        f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m tests.support.fake_vllm "$@"\n'
-    )
-    path.chmod(0o755)
-    return path
-
-
-@pytest.fixture
-def records(tmp_path: Path) -> Iterator[Path]:
-    """Where the fake writes what it was given; every group it recorded is gone afterwards."""
-    path = tmp_path / "records"
-    path.mkdir()
-    yield path
-    kill_groups([json.loads(f.read_text())["pgid"] for f in path.glob("*.json")])
-
-
-def run_up(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cli_argv("up", *args),
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(

@@ -23,20 +23,16 @@ from rehearsal_gateway.server.launcher.engine_sets import (
     rehearsal_gpus,
 )
 from rehearsal_gateway.twin.worlds import load_world
-from tests.server import test_up as up_tests
+from tests.server import up_support
 from tests.server.conftest import FAST_HEALTH, TWIN_MODEL, metric_value
 from tests.server.rehearsal_support import opening
 from tests.support.procs import cli_argv, free_port, start_http_server
-
-# The fixtures of test_up.py: a vllm executable that runs the fake, and its records.
-fake_vllm = up_tests.fake_vllm
-records = up_tests.records
 
 CALLS = "rehearsal_gateway_engine_call_seconds_count"
 LINE = re.compile(
     r"((?:engine|rehearsal)\d+): pid (\d+)(?:, GPU \S+)?, http://127\.0\.0\.1:(\d+)/v1"
 )
-MODEL = up_tests.MODEL
+MODEL = up_support.MODEL
 REHEARSED = 4
 
 
@@ -74,7 +70,7 @@ def test_rehearsal_set_usage_errors_exit_2_before_starting_anything(
 ) -> None:
     """A rehearsal set that would share a GPU, or lacks one, fails at once: no engine started."""
     env = {"FAKE_VLLM_RECORD": str(records)}
-    result = up_tests.run_up("--model", MODEL, "--vllm", str(fake_vllm), *args, env=env)
+    result = up_support.run_up("--model", MODEL, "--vllm", str(fake_vllm), *args, env=env)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert "pid" not in result.stdout
@@ -168,8 +164,8 @@ def test_two_sets_each_on_its_gpu_imagination_on_the_rehearsal_set(
         up.popen.send_signal(signal.SIGTERM)
         assert up.popen.wait(timeout=30) == 0, up.log()
         for record in seen.values():
-            up_tests.assert_group_gone(record["pgid"])
-        assert not any(up_tests.listening(p) for _, p in started.values())
+            up_support.assert_group_gone(record["pgid"])
+        assert not any(up_support.listening(p) for _, p in started.values())
     finally:
         up.stop()
 
@@ -181,7 +177,7 @@ def test_a_rehearsal_engine_dying_at_start_fails_up_and_stops_the_main_set(
     with its log tail, and the main engine is stopped too."""
     env = {"FAKE_VLLM_RECORD": str(records), "FAKE_VLLM_FAIL_GPU": "1"}
     argv = ("--model", MODEL, "--vllm", str(fake_vllm), "--gpus", "0", "--rehearsal-gpus", "1")
-    result = up_tests.run_up(*argv, "--port", "0", "--log-dir", str(tmp_path / "logs"), env=env)
+    result = up_support.run_up(*argv, "--port", "0", "--log-dir", str(tmp_path / "logs"), env=env)
     started = _started(result.stdout)
     try:
         assert result.returncode == 1, result.stdout + result.stderr
@@ -189,7 +185,7 @@ def test_a_rehearsal_engine_dying_at_start_fails_up_and_stops_the_main_set(
         assert f"lines of {tmp_path / 'logs' / 'rehearsal0.log'} ---" in result.stderr
         assert sorted(started) == ["engine0", "rehearsal0"]
         for pid, port in started.values():
-            up_tests.assert_group_gone(pid)
-            assert not up_tests.listening(port)
+            up_support.assert_group_gone(pid)
+            assert not up_support.listening(port)
     finally:
-        up_tests.kill_groups([pid for pid, _ in started.values()])
+        up_support.kill_groups([pid for pid, _ in started.values()])
