@@ -40,7 +40,7 @@ class Rehearsal:
     """Per-request rehearsal knobs; ``None`` leaves a knob to the gateway's default."""
 
     mode: Mode | None = None
-    budget: int | None = None
+    budget: int | Literal["auto"] | None = None  # "auto": learned per tool
     depth: int | None = None
     commit: CommitRule | None = None
     deadline_ms: int | None = None
