@@ -198,7 +198,8 @@ def whole_problems(settings: GatewaySettings) -> list[tuple[str, str]]:
         knob = exc.param.removeprefix("default.")
         cap = f" (the cap, {variable(CAPS[knob])})" if knob in CAPS else ""
         problems.append((f"rehearsal_{knob}", f"the default {knob} {exc.message}{cap}"))
-    cost = settings.rehearsal_budget * settings.rehearsal_depth
+    default_k = settings.rehearsal_budget
+    cost = (settings.max_budget if default_k == "auto" else default_k) * settings.rehearsal_depth
     if settings.rehearsal_mode != "off" and 0 < settings.limit_max_cost < cost:
         problems.append(("limit_max_cost", (
             f"is below the default rehearsal's cost (budget x depth = {cost}): every "

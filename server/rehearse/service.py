@@ -15,6 +15,7 @@ same either way.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import random
 import secrets
@@ -25,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from rehearsal_gateway.rehearsal.auto import REPLACING_PATHS, AutoCounts, auto_row, budget_for
 from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps, names_a_knob, resolve_budget
 from rehearsal_gateway.rehearsal.errors import BudgetError, GeneratorError
 from rehearsal_gateway.rehearsal.messages import AssistantTurn
@@ -38,6 +40,7 @@ from rehearsal_gateway.rehearsal.trust import (
     TrustSettings,
     cell,
     policies,
+    policy_for,
     trust_row,
 )
 
@@ -148,6 +151,16 @@ def _imagined_for(result: RehearsalResult, signature: str) -> ImaginedObservatio
     return None
 
 
+def _anchor_of(result: RehearsalResult) -> tuple[bool, str | None]:
+    """Whether the commit replaced the anchor, and the anchor's (first) tool: what the learned
+    budget counts a real result under (rehearsal.auto). None: not the anchored rule, or an
+    anchor that called no tool."""
+    if result.budget.commit != "anchored" or not result.trajectories:
+        return False, None
+    calls = result.trajectories[0].first_turn.tool_calls
+    return result.commit_path in REPLACING_PATHS, calls[0].name if calls else None
+
+
 @dataclass
 class RehearsalRun:
     """One rehearsed request in flight: its ids, its planner run, and what it stores."""
@@ -210,6 +223,22 @@ class RehearsalRun:
         table = {tool: Counts.from_mapping(row) for tool, row in raw.items()}
         return policies(names, table, settings)
 
+    async def learned(self, request: RehearsalRequest) -> dict[str, tuple[int, str]]:
+        """Under ``budget: "auto"``: each offered tool's learned K and why (rehearsal.auto); a
+        store failure: none (each tool then gets ``learning_k``)."""
+        try:
+            raw = await self.service.store.budget_table(self.call.tenant)
+        except StoreUnavailable as exc:
+            self.service.metrics.store_error(exc.op)
+            self.store_faults.append(exc.op)
+            return {}
+        table = {tool: AutoCounts.from_mapping(row) for tool, row in raw.items()}
+        settings = self.service.planner.auto
+        return {
+            tool: budget_for(tool, found.risk, request.trust.get(tool, "trusted"), table, settings)
+            for tool, found in request.risk.items()
+        }
+
     async def run(self) -> RehearsalResult:
         """The planner's run; an engine failure on every acting call is the engine's error."""
         bound = self.budget.deadline_ms / 1000.0 + self.service.commit_timeout
@@ -219,6 +248,8 @@ class RehearsalRun:
         rng = random.Random(seed if isinstance(seed, int) else secrets.randbits(64))
         risk = self.service.risk.for_tenant(self.call.tenant)
         request = _rehearsal_request(self.call, self.session, await self.trust(), self.budget, risk)
+        if self.budget.auto:
+            request = replace(request, auto=await self.learned(request))
         try:
             return await planner.run(request, self.budget, rng=rng)
         except GeneratorError as exc:
@@ -242,6 +273,7 @@ class RehearsalRun:
             "feedback_in": self.feedback,
         }
         pending = {}
+        replaced, anchor = _anchor_of(result)
         for tool_call, risk in zip(turn.tool_calls, result.committed_risk(), strict=True):
             seen = _imagined_for(result, tool_call.signature)
             pending[tool_call.id] = pending_record(
@@ -250,6 +282,7 @@ class RehearsalRun:
                 imagined=None if seen is None else seen.result,
                 imagined_outcome=None if seen is None else seen.outcome,
                 unconditional=result.commit_unconditional, risk=risk,
+                anchor_tool=anchor if replaced else (anchor and tool_call.name), replaced=replaced,
             )  # fmt: skip
         # Beside the answer, not before it: only later requests read these (the next turn's
         # feedback, GET /v1/rehearsals/{id}), and they wait for the write (server/store/writer.py).
@@ -359,6 +392,7 @@ class RehearsalService:
         return {
             "object": "list",
             "data": rows,
+            "budget": await self._budget_rows(tenant, table),
             "settings": {
                 "enabled": settings.enabled,
                 "min_samples": settings.min_samples,
@@ -372,6 +406,20 @@ class RehearsalService:
                 "pins": dict(settings.pins),
             },
         }
+
+    async def _budget_rows(self, tenant: str, trust: Mapping[str, Counts]) -> dict[str, Any]:
+        """The learned budget (rehearsal.auto) per tool, the class the tenant's operator patterns
+        give it (a request's own classes may differ) and its trust policy."""
+        raw = await self.store.budget_table(tenant)
+        table = {tool: AutoCounts.from_mapping(row) for tool, row in raw.items()}
+        classes = classify(({"name": t} for t in table), (), self.risk.for_tenant(tenant))
+        auto = self.planner.auto
+        rows = [
+            auto_row(tool, classes[tool].risk, policy_for(tool, trust, self.trust_settings)[0],
+                     table, auto)
+            for tool in sorted(table)
+        ]  # fmt: skip
+        return {"data": rows, "settings": dataclasses.asdict(auto)}
 
     async def trace(self, tenant: str, rehearsal_id: str) -> dict[str, Any]:
         """A stored trace of ``tenant``; 404 when unknown, expired or another tenant's."""
