@@ -125,10 +125,10 @@ class Grid:
     @classmethod
     def compounding(cls, seeds: tuple[int, ...]) -> Grid:
         """The bounded grid of the compounding plot: anchored parallel, K = 1, 2, 4, 8 at depth
-        1 and 2, and auto, at four fidelities, one skill, four tasks per world (and the tempting
+        1 and 2, and auto, at four fidelities, two skills, four tasks per world (and the tempting
         ones), the world's risk classes given."""
         return cls(
-            fidelities=(1.0, 0.8, 0.5, 0.0), skills=(0.5,), tasks=4, seeds=seeds,
+            fidelities=(1.0, 0.8, 0.5, 0.0), skills=(0.5, 0.8), tasks=4, seeds=seeds,
             policies=("anchored",), classes=("reads",), modes=("parallel",),
             budgets=(1, 2, 4, 8, "auto"), depths=(1, 2),
         )  # fmt: skip
@@ -455,11 +455,13 @@ def run_grid(grid: Grid, workdir: Path) -> Run:
 
 
 def trust_table(url: str, key: str) -> list[dict[str, Any]]:
-    """A tenant's rows of ``GET /v1/rehearsals/trust`` at the end of its run (for the JSON)."""
+    """A tenant's rows of ``GET /v1/rehearsals/trust`` at the end of its run (for the JSON),
+    each with its tool's learned budget row (``budget``) where the gateway reports one."""
     answer = httpx.get(url + "/v1/rehearsals/trust", headers={"Authorization": f"Bearer {key}"})
     answer.raise_for_status()
+    learned = {r["tool"]: r for r in (answer.json().get("budget") or {}).get("data", [])}
     rows: list[dict[str, Any]] = answer.json()["data"]
-    return rows
+    return [{**row, "budget": learned.get(row["tool"])} for row in rows]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,30 +3,36 @@
 A fixed K spends the same on every turn, wherever rehearsal pays off and wherever it does not.
 Under ``auto`` the gateway reads, per tenant and tool, what the real results of its committed
 calls already showed, and gives the anchor's tool (``rehearsal.planner``, the anchored rule) the
-K that paid there, within ``AutoSettings.max_k``. Four counts per tool (and the tenant's pooled
-``*``), kept by the store like trust's and halved past the same window:
+K that paid there, within ``AutoSettings.max_k``. What imagination is for is catching an anchor
+that would fail, so the counts ask how often it did, or could have. Four counts per tool (and the
+tenant's pooled ``*``), kept by the store like trust's and halved past the same window:
 
     n   real results of calls committed as the anchor (kept, rehearsed or not)
-    f   of those, failed for real
-    r   real results of calls committed *instead of* an anchor of this tool (replaced, a
-        fallback or a repair), counted against the anchor's tool
-    rs  of those, succeeded
+    f   of those, failed for real without having been imagined (what K = 0 lets through)
+    r   real results of calls committed *instead of* an anchor of this tool because its
+        imagination vetoed it (counted against the anchor's tool)
+    rs  of those, succeeded (a failure imagination caught)
 
-The tool's **need** is ``(f + r) / (n + r)``: the share of its turns whose anchor was in trouble
-— it failed for real, or rehearsal had to replace it. ``budget_for`` turns it into K:
+An anchor replaced because a deterministic check vetoed it counts nowhere: no imagination was
+needed to catch it. The tool's **need** is ``(f + rs) / (n + r)``: the share of its turns where
+imagination caught a failure, or a failure went by unimagined. ``budget_for`` turns it into K:
 
 - ``destructive`` — always imagined, with ``max_k`` samples (the risk policy's vote);
 - trust ``off`` or ``ignore_vetoes`` — imagination's verdict is not acted on, so trajectories
   cannot change the commit: K = 0 (the anchor is not imagined) except on a probe, drawn per turn
   at ``probe_rate``, which imagines it once so that trust can be re-earned;
-- too few results (fewer than ``min_samples`` of the tool *and* of the tenant pooled):
-  ``learning_k``;
-- need under ``quiet``: K = 0, with the probe — rehearsal almost never had anything to do;
-- need under ``busy`` and replacements that worked: 2 (one alternative when the anchor is
-  vetoed); otherwise ``max_k``;
-- a ``read_only`` tool gets at most ``read_k`` (its real result is its own evidence).
+- too few results (fewer than ``min_samples`` of the tool, its class's pool *and* the tenant
+  pooled): ``learning_k``;
+- need under ``quiet`` (``read_quiet`` for a ``read_only`` tool: a read's real result is its own
+  evidence, so reads give way sooner): K = 0, with the probe — rehearsal almost never had
+  anything to do there, and what went by unimagined shows in ``f`` and brings K back;
+- otherwise ``max_k``. Nothing in between: K costs almost nothing beyond imagining the anchor
+  (alternatives are sampled in one call, and only when the anchor is vetoed), while each
+  trajectory more catches more (docs/decisions/0021-learned-budget.md).
 
-A tool with too few counts of its own borrows the tenant's pooled ones, as trust does. An anchor
+A tool with too few counts of its own borrows those of the tenant's tools of its risk class
+(row ``*<class>``, e.g. ``*read_only``: a write's catches say little about a read), else the
+tenant's pooled ones, as trust does. An anchor
 that a deterministic check vetoes (schema, a repeated real failure) keeps ``max_k`` whatever its
 tool learned: its alternatives need no imagination to be judged, and they are the cheapest
 catches rehearsal makes. Pure: ``rehearsal.context`` applies the K, the server keeps the counts.
@@ -52,11 +58,10 @@ class AutoSettings:
     """The learned budget's thresholds (documented defaults in docs/rehearsal-knobs.md)."""
 
     max_k: int = 4
-    learning_k: int = 2
-    read_k: int = 2
+    learning_k: int = 4
     min_samples: int = 8
     quiet: float = 0.1
-    busy: float = 0.3
+    read_quiet: float = 0.2
     probe_rate: float = 0.1
 
 
@@ -75,8 +80,9 @@ class AutoCounts:
 
     @property
     def need(self) -> float | None:
-        """Share of turns whose anchor failed for real or was replaced; None without results."""
-        return (self.f + self.r) / self.samples if self.samples else None
+        """Share of turns where imagination caught a failure or an unimagined anchor failed;
+        None without results."""
+        return (self.f + self.rs) / self.samples if self.samples else None
 
     @property
     def replaced_ok(self) -> float | None:
@@ -98,12 +104,18 @@ class AutoCounts:
 NO_AUTO_COUNTS = AutoCounts()
 
 
-def auto_cells(replaced: bool, real_error: bool) -> tuple[str, ...]:
-    """The counts one real result adds to: ``replaced`` — the call was committed instead of
-    the anchor (counted against the anchor's tool)."""
+def class_pool(risk: str) -> str:
+    """The row pooling the results of a tenant's tools of class ``risk``."""
+    return f"{POOLED}{risk}"
+
+
+def auto_cells(replaced: bool, real_error: bool, imagined: bool) -> tuple[str, ...]:
+    """The counts one real result adds to: ``replaced`` — the call was committed instead of an
+    anchor imagination vetoed (counted against the anchor's tool); else ``imagined`` — the kept
+    anchor was imagined."""
     if replaced:
         return ("r",) if real_error else ("r", "rs")
-    return ("n", "f") if real_error else ("n",)
+    return ("n", "f") if real_error and not imagined else ("n",)
 
 
 def budget_for(
@@ -118,23 +130,18 @@ def budget_for(
         return settings.max_k, "destructive: always imagined"
     if policy in ("off", "ignore_vetoes"):
         return 0, f"trust {policy}: imagination cannot change the commit"
-    own, pooled = table.get(tool, NO_AUTO_COUNTS), table.get(POOLED, NO_AUTO_COUNTS)
-    counts, whose = own, f"{own.samples} results of {tool}"
-    if own.samples < settings.min_samples:
-        if pooled.samples < settings.min_samples:
-            return settings.learning_k, "too few real results yet"
-        counts, whose = pooled, f"too few results of {tool}; the tenant's {pooled.samples}"
+    counts, whose = table.get(tool, NO_AUTO_COUNTS), ""
+    for name, told in ((class_pool(risk), "its class's"), (POOLED, "the tenant's")):
+        if counts.samples >= settings.min_samples:
+            break
+        counts, whose = table.get(name, NO_AUTO_COUNTS), f"too few results of {tool}; {told} "
+    if counts.samples < settings.min_samples:
+        return settings.learning_k, "too few real results yet"
+    whose += f"{counts.samples}" if whose else f"{counts.samples} results of {tool}"
     need = counts.need or 0.0
-    why = f"{whose}: need {need:.2f}"
-    if need < settings.quiet:
-        k = 0
-    elif need < settings.busy and (counts.replaced_ok is None or counts.replaced_ok >= 0.5):
-        k = 2
-    else:
-        k = settings.max_k
-    if risk == "read_only" and k > settings.read_k:
-        return settings.read_k, why + ", a read"
-    return k, why
+    quiet = settings.read_quiet if risk == "read_only" else settings.quiet
+    k = 0 if need < quiet else settings.max_k
+    return k, f"{whose}: need {need:.2f} " + ("<" if k == 0 else ">=") + f" {quiet:g}"
 
 
 def budgets(

@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rehearsal_gateway.rehearsal.auto import auto_cells
+from rehearsal_gateway.rehearsal.auto import auto_cells, class_pool
 from rehearsal_gateway.rehearsal.fidelity import fidelity, parse_observation
 from rehearsal_gateway.rehearsal.hindsight import content_text, real_error
 from rehearsal_gateway.rehearsal.memory import MemoryEntry
@@ -62,6 +62,8 @@ def pending_record(
     risk: str = "unknown",
     anchor_tool: str | None = None,
     replaced: bool = False,
+    anchor_imagined: bool = False,
+    anchor_risk: str = "unknown",
 ) -> dict[str, Any]:
     """What is kept under a minted tool-call id until its real result arrives.
 
@@ -69,7 +71,9 @@ def pending_record(
     failure's real outcome counts as an unselected veto, else as a weighed one (rehearsal.trust).
     ``risk``: the call's risk class (rehearsal.risk), the label of its real result's count.
     ``anchor_tool``: the tool whose learned budget (rehearsal.auto) this result counts for, and
-    ``replaced``: whether the call was committed instead of that tool's anchor.
+    ``replaced``: whether the call was committed instead of that tool's anchor (imagination
+    vetoed it); ``anchor_imagined``: whether the anchor was imagined; ``anchor_risk``: its class
+    (whose pooled row the result counts in too).
     """
     return {
         "tenant": tenant,
@@ -83,6 +87,8 @@ def pending_record(
         "risk": risk,
         "anchor_tool": anchor_tool,
         "replaced": replaced,
+        "anchor_imagined": anchor_imagined,
+        "anchor_risk": anchor_risk,
         "sent_at": time.time(),
     }
 
@@ -211,8 +217,11 @@ class Feedback:
             anchor_tool = record.get("anchor_tool")
             if isinstance(anchor_tool, str):
                 try:
-                    cells = auto_cells(record.get("replaced") is True, failed)
-                    await self.store.record_budget(tenant, anchor_tool, cells)
+                    replaced, seen = record.get("replaced"), record.get("anchor_imagined")
+                    cells = auto_cells(replaced is True, failed, seen is True)
+                    risk = record.get("anchor_risk")
+                    pool = class_pool(risk if risk in RISKS else "unknown")
+                    await self.store.record_budget(tenant, (anchor_tool, pool), cells)
                 except StoreUnavailable as exc:
                     self.metrics.store_error(exc.op)
             await self._remember(tenant, record, real, failed, summary)

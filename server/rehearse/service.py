@@ -32,7 +32,13 @@ from rehearsal_gateway.rehearsal.errors import BudgetError, GeneratorError
 from rehearsal_gateway.rehearsal.messages import AssistantTurn
 from rehearsal_gateway.rehearsal.planner import Planner
 from rehearsal_gateway.rehearsal.request import PlannerSettings, RehearsalRequest
-from rehearsal_gateway.rehearsal.risk import RiskPolicy, RiskSettings, classify, strip_annotations
+from rehearsal_gateway.rehearsal.risk import (
+    UNKNOWN,
+    RiskPolicy,
+    RiskSettings,
+    classify,
+    strip_annotations,
+)
 from rehearsal_gateway.rehearsal.trace import ImaginedObservation, RehearsalResult
 from rehearsal_gateway.rehearsal.trust import (
     Counts,
@@ -151,14 +157,20 @@ def _imagined_for(result: RehearsalResult, signature: str) -> ImaginedObservatio
     return None
 
 
-def _anchor_of(result: RehearsalResult) -> tuple[bool, str | None]:
-    """Whether the commit replaced the anchor, and the anchor's (first) tool: what the learned
-    budget counts a real result under (rehearsal.auto). None: not the anchored rule, or an
-    anchor that called no tool."""
+def _anchor_of(result: RehearsalResult) -> tuple[str | None, bool, bool]:
+    """What the learned budget (rehearsal.auto) counts a real result of this turn under: the
+    anchor's (first) tool, whether imagination's veto replaced the anchor, and whether the
+    anchor was imagined. No tool: not the anchored rule, an anchor that called no tool, or one
+    a deterministic check replaced (no imagination was needed)."""
     if result.budget.commit != "anchored" or not result.trajectories:
-        return False, None
-    calls = result.trajectories[0].first_turn.tool_calls
-    return result.commit_path in REPLACING_PATHS, calls[0].name if calls else None
+        return None, False, False
+    first = result.trajectories[0].steps[0]
+    seen = any(o.source == "imagined" for o in first.observations)
+    checked = any(o.source == "check" for o in first.observations)
+    replaced = result.commit_path in REPLACING_PATHS
+    if not first.turn.tool_calls or (replaced and (checked or not seen)):
+        return None, False, False
+    return first.turn.tool_calls[0].name, replaced, seen
 
 
 @dataclass
@@ -273,7 +285,7 @@ class RehearsalRun:
             "feedback_in": self.feedback,
         }
         pending = {}
-        replaced, anchor = _anchor_of(result)
+        anchor, replaced, imagined = _anchor_of(result)
         for tool_call, risk in zip(turn.tool_calls, result.committed_risk(), strict=True):
             seen = _imagined_for(result, tool_call.signature)
             pending[tool_call.id] = pending_record(
@@ -283,6 +295,8 @@ class RehearsalRun:
                 imagined_outcome=None if seen is None else seen.outcome,
                 unconditional=result.commit_unconditional, risk=risk,
                 anchor_tool=anchor if replaced else (anchor and tool_call.name), replaced=replaced,
+                anchor_imagined=imagined,
+                anchor_risk=result.risk.get(anchor, UNKNOWN).risk if anchor else "unknown",
             )  # fmt: skip
         # Beside the answer, not before it: only later requests read these (the next turn's
         # feedback, GET /v1/rehearsals/{id}), and they wait for the write (server/store/writer.py).

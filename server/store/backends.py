@@ -57,7 +57,9 @@ class RehearsalStore(Protocol):
     ) -> list[JSONObject]: ...
     async def record_trust(self, tenant: str, tool: str, cell: str) -> None: ...
     async def trust_table(self, tenant: str) -> dict[str, dict[str, int]]: ...
-    async def record_budget(self, tenant: str, tool: str, cells: tuple[str, ...]) -> None: ...
+    async def record_budget(
+        self, tenant: str, tools: tuple[str, ...], cells: tuple[str, ...]
+    ) -> None: ...
     async def budget_table(self, tenant: str) -> dict[str, dict[str, int]]: ...
 
 
@@ -111,15 +113,16 @@ return 1
 
 
 # One real result of a tool's anchor for the learned budget (rehearsal.auto), as TRUST_SCRIPT:
-# bump the given cells of the tool (when known or there is room) and of "*", halve a row once
-# its samples (n + r) pass the window, refresh the TTL.
-# KEYS[1] budget hash; ARGV: tool, window, ttl_s, max_tools, cell...
+# bump the given cells of each named row (the tool, its class's pool; each when known or there
+# is room) and of "*", halve a row once its samples (n + r) pass the window, refresh the TTL.
+# KEYS[1] budget hash; ARGV: window, ttl_s, max_tools, number of rows, row..., cell...
 BUDGET_SCRIPT = """
-local key, tool = KEYS[1], ARGV[1]
-local window, ttl, max_tools = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local key = KEYS[1]
+local window, ttl, max_tools = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local rows = tonumber(ARGV[4])
 local cells = {"n", "f", "r", "rs"}
 local function bump(name)
-  for i = 5, #ARGV do redis.call("HINCRBY", key, name .. ":" .. ARGV[i], 1) end
+  for i = 5 + rows, #ARGV do redis.call("HINCRBY", key, name .. ":" .. ARGV[i], 1) end
   local fields = {}
   for i = 1, #cells do fields[i] = name .. ":" .. cells[i] end
   local values = redis.call("HMGET", key, unpack(fields))
@@ -129,20 +132,23 @@ local function bump(name)
     end
   end
 end
-local known = redis.call("HEXISTS", key, tool .. ":n") == 1
-  or redis.call("HEXISTS", key, tool .. ":r") == 1
-if not known then
-  local seen, count = {}, 0
-  for _, field in ipairs(redis.call("HKEYS", key)) do
-    local name = string.match(field, "^(.*):[nfr]s?$")
-    if name and name ~= "*" and not seen[name] then
-      seen[name] = true
-      count = count + 1
+for row = 5, 4 + rows do
+  local tool = ARGV[row]
+  local known = redis.call("HEXISTS", key, tool .. ":n") == 1
+    or redis.call("HEXISTS", key, tool .. ":r") == 1
+  if not known then
+    local seen, count = {}, 0
+    for _, field in ipairs(redis.call("HKEYS", key)) do
+      local name = string.match(field, "^(.*):[nfr]s?$")
+      if name and name ~= "*" and not seen[name] then
+        seen[name] = true
+        count = count + 1
+      end
     end
+    known = count < max_tools
   end
-  known = count < max_tools
+  if known then bump(tool) end
 end
-if known then bump(tool) end
 bump("*")
 redis.call("EXPIRE", key, ttl)
 return 1
@@ -376,11 +382,13 @@ class RedisStore:
         return trust_rows(fields)
 
     @_waited
-    async def record_budget(self, tenant: str, tool: str, cells: tuple[str, ...]) -> None:
+    async def record_budget(
+        self, tenant: str, tools: tuple[str, ...], cells: tuple[str, ...]
+    ) -> None:
         life = self.lifetimes
-        args: list[str | int] = [tool, life.trust_window, life.trust_s, life.trust_max_tools]
+        args: list[str | int] = [life.trust_window, life.trust_s, life.trust_max_tools, len(tools)]
         try:
-            await self._budget_script(keys=[self.keys.budget(tenant)], args=[*args, *cells])
+            await self._budget_script(keys=[self.keys.budget(tenant)], args=[*args, *tools, *cells])
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("record_budget", type(exc).__name__) from exc
 

@@ -188,14 +188,18 @@ class InProcessStore:
         table: dict[str, dict[str, int]] = self._get(self._keys.trust(tenant)) or {}
         return {tool: dict(row) for tool, row in table.items()}
 
-    async def record_budget(self, tenant: str, tool: str, cells: tuple[str, ...]) -> None:
+    async def record_budget(
+        self, tenant: str, tools: tuple[str, ...], cells: tuple[str, ...]
+    ) -> None:
         key = self._keys.budget(tenant)
         life = self.lifetimes
         table: dict[str, dict[str, int]] = self._get(key) or {}
-        names = ["*"]
-        if tool in table or len([t for t in table if t != "*"]) < life.trust_max_tools:
-            names.insert(0, tool)
-        for name in names:
+        names = []
+        for tool in tools:
+            if tool in table or len([t for t in table if t != "*"]) < life.trust_max_tools:
+                names.append(tool)
+                table.setdefault(tool, {})
+        for name in [*names, "*"]:
             row = table.setdefault(name, {})
             for cell in cells:
                 row[cell] = row.get(cell, 0) + 1

@@ -49,18 +49,21 @@ def test_counts_read_from_the_store_and_their_rates() -> None:
     """Stored fields read as counts (junk as 0); need and replacement success follow them."""
     counts = AutoCounts.from_mapping({"n": "6", "f": 2, "r": 2, "rs": "x", "other": 9})
     assert counts == AutoCounts(n=6, f=2, r=2, rs=0)
-    assert (counts.samples, counts.need, counts.replaced_ok) == (8, 0.5, 0.0)
+    assert (counts.samples, counts.need, counts.replaced_ok) == (8, 0.25, 0.0)
     assert AutoCounts.from_mapping({"n": None, "f": -3}) == AutoCounts()
     assert (AutoCounts().need, AutoCounts().replaced_ok) == (None, None)
 
 
 @pytest.mark.parametrize(
-    ("replaced", "error", "cells"),
-    [(False, False, ("n",)), (False, True, ("n", "f")), (True, False, ("r", "rs")),
-     (True, True, ("r",))],
+    ("replaced", "error", "imagined", "cells"),
+    [(False, False, False, ("n",)), (False, True, False, ("n", "f")),
+     (False, True, True, ("n",)), (True, False, True, ("r", "rs")), (True, True, True, ("r",))],
 )  # fmt: skip
-def test_a_real_result_lands_in_its_cells(replaced: bool, error: bool, cells: tuple) -> None:
-    assert auto_cells(replaced, error) == cells
+def test_a_real_result_lands_in_its_cells(
+    replaced: bool, error: bool, imagined: bool, cells: tuple
+) -> None:
+    """A failure counts towards need only unimagined; a replacement that worked always does."""
+    assert auto_cells(replaced, error, imagined) == cells
 
 
 def test_destructive_tools_get_the_most_and_doubted_imagination_gets_nothing() -> None:
@@ -71,28 +74,33 @@ def test_destructive_tools_get_the_most_and_doubted_imagination_gets_nothing() -
     assert k_of(policy="ignore_vetoes") == 0
 
 
-def test_too_few_results_learn_and_a_tool_borrows_the_tenants() -> None:
-    """Under min_samples of the tool and the tenant: learning_k; the pooled counts else."""
+def test_too_few_results_learn_and_a_tool_borrows_its_class_then_the_tenant() -> None:
+    """Under min_samples of the tool, its class's pool and the tenant: learning_k; else the
+    first pool with enough results."""
     assert k_of() == SETTINGS.learning_k
     assert k_of(t=AutoCounts(n=3, f=3), **{"*": AutoCounts(n=5)}) == SETTINGS.learning_k
     k, why = budget_for("t", "unknown", "trusted", {"*": AutoCounts(n=40)}, SETTINGS)
-    assert (k, why) == (0, "too few results of t; the tenant's 40: need 0.00")
+    assert (k, why) == (0, "too few results of t; the tenant's 40: need 0.00 < 0.1")
+    table = {"*": AutoCounts(n=40), "*write": AutoCounts(n=8, r=4, rs=4)}
+    k, why = budget_for("t", "write", "trusted", table, SETTINGS)
+    assert (k, why) == (SETTINGS.max_k, "too few results of t; its class's 12: need 0.33 >= 0.1")
 
 
-def test_need_decides_how_many_trajectories_pay() -> None:
-    """Quiet tools get 0; some trouble with working replacements 2; much trouble the cap."""
+def test_need_decides_whether_imagination_pays() -> None:
+    """Quiet tools get 0; a tool where imagination caught failures, or failures went by
+    unimagined, gets max_k (nothing in between: K beyond the anchor is nearly free)."""
     assert k_of(t=AutoCounts(n=20, f=1)) == 0
-    assert k_of(t=AutoCounts(n=16, f=1, r=4, rs=3)) == 2
-    assert k_of(t=AutoCounts(n=16, f=1, r=4, rs=1)) == SETTINGS.max_k  # replacements fail
-    assert k_of(t=AutoCounts(n=16, f=3)) == 2  # no replacement yet: not known to fail
-    assert k_of(t=AutoCounts(n=10, f=5)) == SETTINGS.max_k
+    assert k_of(t=AutoCounts(n=16, f=1, r=4, rs=1)) == SETTINGS.max_k
+    assert k_of(t=AutoCounts(n=16, f=3)) == SETTINGS.max_k
+    assert k_of(t=AutoCounts(n=16, r=4, rs=0)) == 0  # replacements that failed caught nothing
 
 
-def test_reads_get_less() -> None:
-    busy = AutoCounts(n=10, f=5)
-    k, why = budget_for("t", "read_only", "trusted", {"t": busy}, SETTINGS)
-    assert (k, why) == (SETTINGS.read_k, "10 results of t: need 0.50, a read")
-    assert k_of(risk="read_only", t=AutoCounts(n=20)) == 0
+def test_reads_give_way_sooner() -> None:
+    """A read's quiet threshold is read_quiet."""
+    between = AutoCounts(n=20, f=3)  # need 0.15
+    k, why = budget_for("t", "read_only", "trusted", {"t": between}, SETTINGS)
+    assert (k, why) == (0, "20 results of t: need 0.15 < 0.2")
+    assert k_of(t=between) == SETTINGS.max_k
 
 
 def test_the_table_and_the_route_row() -> None:
@@ -100,12 +108,12 @@ def test_the_table_and_the_route_row() -> None:
     table = {"a": AutoCounts(n=20), "b": AutoCounts(n=10, f=5)}
     risks = {"b": "read_only"}
     assert budgets(["a", "b", "c"], risks, {"c": "off"}, table, SETTINGS) == {
-        "a": 0, "b": SETTINGS.read_k, "c": 0,
+        "a": 0, "b": SETTINGS.max_k, "c": 0,
     }  # fmt: skip
     row = auto_row("b", "read_only", "trusted", table, SETTINGS)
     assert row == {
         "tool": "b", "samples": 10, "counts": {"n": 10, "f": 5, "r": 0, "rs": 0},
-        "need": 0.5, "replaced_ok": None, "budget": 2, "why": "10 results of b: need 0.50, a read",
+        "need": 0.5, "replaced_ok": None, "budget": 4, "why": "10 results of b: need 0.50 >= 0.2",
     }  # fmt: skip
     assert auto_row("z", "unknown", "trusted", {}, SETTINGS)["need"] is None
     assert (
@@ -195,7 +203,7 @@ async def test_a_busy_tool_spends_its_learned_k_on_alternatives() -> None:
     engine.enqueue(acting(OTHER), acting(GET), role="act")
     engine.enqueue(imagined({"error": "order not found"}), match=lambda r: "#W1002" in str(r))
     engine.enqueue(imagined({"status": "pending"}), match=about("get_order"))
-    result = await run(engine, {"get_order": (2, "busy")})
+    result = await run(engine, {"get_order": (2, "busy")})  # an operator's max_k of 2
     assert engine.by_role("act")[1].n == 1
     assert (result.turn, result.commit_path, result.budget.budget) == (GET, "replaced", 2)
 
