@@ -236,8 +236,7 @@ class RehearsalContext:
         if turn is not None:
             default = (auto.learning_k, "no figures for this tool")
             k, why = max(self.request.auto.get(c.name, default) for c in turn.tool_calls)
-            probe = k == 0 and self.rng.random() < auto.probe_rate
-            k = 1 if probe else k
+            k, probe = (1, True) if k == 0 and self.rng.random() < auto.probe_rate else (k, False)
         k = min(k, self.budget.budget)
         self.learned = {"budget": k, "why": why, "probe": probe}
         self.budget = replace(self.budget, budget=max(k, 1))
@@ -246,10 +245,9 @@ class RehearsalContext:
     def _skip(self, turn: AssistantTurn, learned: int | None = None) -> Ending | None:
         """Why ``turn`` is not imagined, if it is not: ``read`` or ``skipped`` (by trust).
 
-        A destructive turn is always imagined; one of reads only not when reads are not
-        (``imagine_reads``). Under ``auto``, the anchor when its ``learned`` K is above 0, any
-        other turn not when one of its tools learned 0. Else trust decides: never under ``off``,
-        under ``ignore_vetoes`` within the probe rate (one draw per turn).
+        Destructive: always; reads only: not unless ``imagine_reads``. Under ``auto``, the anchor
+        when its ``learned`` K is above 0, another turn not when a tool of it learned 0. Else
+        trust: never under ``off``, under ``ignore_vetoes`` within the probe rate (one draw).
         """
         risk = self.risk_of(turn)
         if risk == "destructive":

@@ -15,7 +15,6 @@ same either way.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import random
 import secrets
@@ -26,7 +25,6 @@ from typing import Any
 
 import orjson
 
-from rehearsal_gateway.rehearsal.auto import REPLACING_PATHS, AutoCounts, auto_row, budget_for
 from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps, names_a_knob, resolve_budget
 from rehearsal_gateway.rehearsal.errors import BudgetError, GeneratorError
 from rehearsal_gateway.rehearsal.messages import AssistantTurn
@@ -46,7 +44,6 @@ from rehearsal_gateway.rehearsal.trust import (
     TrustSettings,
     cell,
     policies,
-    policy_for,
     trust_row,
 )
 
@@ -72,6 +69,7 @@ from .committed import (
 )
 from .engine_port import EngineGenerator
 from .feedback import imagined_error, pending_record
+from .learned import anchor_of, budget_rows, learned_budgets
 
 # Request fields the planner handles itself; everything else reaches the acting calls untouched.
 _OWN_FIELDS = frozenset(
@@ -157,22 +155,6 @@ def _imagined_for(result: RehearsalResult, signature: str) -> ImaginedObservatio
     return None
 
 
-def _anchor_of(result: RehearsalResult) -> tuple[str | None, bool, bool]:
-    """What the learned budget (rehearsal.auto) counts a real result of this turn under: the
-    anchor's (first) tool, whether imagination's veto replaced the anchor, and whether the
-    anchor was imagined. No tool: not the anchored rule, an anchor that called no tool, or one
-    a deterministic check replaced (no imagination was needed)."""
-    if result.budget.commit != "anchored" or not result.trajectories:
-        return None, False, False
-    first = result.trajectories[0].steps[0]
-    seen = any(o.source == "imagined" for o in first.observations)
-    checked = any(o.source == "check" for o in first.observations)
-    replaced = result.commit_path in REPLACING_PATHS
-    if not first.turn.tool_calls or (replaced and (checked or not seen)):
-        return None, False, False
-    return first.turn.tool_calls[0].name, replaced, seen
-
-
 @dataclass
 class RehearsalRun:
     """One rehearsed request in flight: its ids, its planner run, and what it stores."""
@@ -244,12 +226,7 @@ class RehearsalRun:
             self.service.metrics.store_error(exc.op)
             self.store_faults.append(exc.op)
             return {}
-        table = {tool: AutoCounts.from_mapping(row) for tool, row in raw.items()}
-        settings = self.service.planner.auto
-        return {
-            tool: budget_for(tool, found.risk, request.trust.get(tool, "trusted"), table, settings)
-            for tool, found in request.risk.items()
-        }
+        return learned_budgets(raw, request, self.service.planner.auto)
 
     async def run(self) -> RehearsalResult:
         """The planner's run; an engine failure on every acting call is the engine's error."""
@@ -285,7 +262,7 @@ class RehearsalRun:
             "feedback_in": self.feedback,
         }
         pending = {}
-        anchor, replaced, imagined = _anchor_of(result)
+        anchor, replaced, imagined = anchor_of(result)
         for tool_call, risk in zip(turn.tool_calls, result.committed_risk(), strict=True):
             seen = _imagined_for(result, tool_call.signature)
             pending[tool_call.id] = pending_record(
@@ -422,18 +399,10 @@ class RehearsalService:
         }
 
     async def _budget_rows(self, tenant: str, trust: Mapping[str, Counts]) -> dict[str, Any]:
-        """The learned budget (rehearsal.auto) per tool, the class the tenant's operator patterns
-        give it (a request's own classes may differ) and its trust policy."""
+        """The trust route's ``budget`` section (``server/rehearse/learned.py``)."""
         raw = await self.store.budget_table(tenant)
-        table = {tool: AutoCounts.from_mapping(row) for tool, row in raw.items()}
-        classes = classify(({"name": t} for t in table), (), self.risk.for_tenant(tenant))
-        auto = self.planner.auto
-        rows = [
-            auto_row(tool, classes[tool].risk, policy_for(tool, trust, self.trust_settings)[0],
-                     table, auto)
-            for tool in sorted(table)
-        ]  # fmt: skip
-        return {"data": rows, "settings": dataclasses.asdict(auto)}
+        risk = self.risk.for_tenant(tenant)
+        return budget_rows(raw, trust, self.trust_settings, risk, self.planner.auto)
 
     async def trace(self, tenant: str, rehearsal_id: str) -> dict[str, Any]:
         """A stored trace of ``tenant``; 404 when unknown, expired or another tenant's."""
