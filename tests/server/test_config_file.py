@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rehearsal_gateway.server.launcher.sources import Given, SettingsRefused, load_settings
+from rehearsal_gateway.server.rehearse.defaults import budget_defaults
 from tests.support.procs import ROOT, cli_argv
 
 REFERENCE = (ROOT / "docs" / "configuration.md").read_text()
@@ -108,8 +109,6 @@ def test_a_bad_file_is_refused_naming_the_key(tmp_path: Path, text: str, says: s
 
 def test_an_auto_default_budget_is_the_cap_learned_per_anchor(tmp_path: Path) -> None:
     """``rehearsal_budget: auto`` loads; the default budget is the cap, with ``auto`` set."""
-    from rehearsal_gateway.server.rehearse.defaults import budget_defaults
-
     loaded = load_settings(Given(config_file=_file(tmp_path, "rehearsal_budget: auto\n")))
     settings = loaded.settings
     defaults = budget_defaults(settings)
