@@ -231,25 +231,41 @@ class Config:
     # (none: the gateway before classes), ``reads`` (the world's classes, reads imagined) or
     # ``no-reads`` (the world's classes, reads not imagined).
     classes: str = "unknown"
+    budget: int | str = K  # trajectories per rehearsed turn, or "auto" (learned per tool)
+    depth: int = 1
+
+    @property
+    def shape(self) -> str:
+        """The budget and depth unless K=4 at depth 1 (those names and keys stay as they were)."""
+        if self.budget == K and self.depth == 1:
+            return ""
+        return f" K={self.budget}" + ("" if self.depth == 1 else f" d={self.depth}")
 
     @property
     def name(self) -> str:
         if self.commit is None:
             return "off"
-        return f"{self.mode} {self.commit}" + (
-            "" if self.classes == "unknown" else f" {self.classes}"
+        return (
+            f"{self.mode} {self.commit}"
+            + ("" if self.classes == "unknown" else f" {self.classes}")
+            + self.shape
         )
 
     @property
     def key(self) -> str:
-        return f"decisions-{self.twin.model}-{self.mode}-{self.commit or 'none'}-{self.classes}"
+        shape = self.shape.replace(" ", "-").replace("=", "")
+        return (
+            f"decisions-{self.twin.model}-{self.mode}-{self.commit or 'none'}-{self.classes}"
+            + shape
+        )
 
     def rehearsal(self) -> Rehearsal:
         if self.commit is None:
             return Rehearsal(mode="off")
         return Rehearsal(
             mode=self.mode,  # type: ignore[arg-type]
-            budget=K,
+            budget=self.budget,  # type: ignore[arg-type]  # "auto" as the gateway reads it
+            depth=self.depth,
             commit=self.commit,  # type: ignore[arg-type]
             deadline_ms=DEADLINE_MS,
             trace=True,

@@ -106,6 +106,10 @@ class Grid:
     # Tool risk classes given to the gateway per configuration (``Config.classes``).
     classes: tuple[str, ...] = ("unknown", "reads", "no-reads")
     tempting: bool = True  # also each world's tasks where a destructive call is tempting
+    modes: tuple[str, ...] = ("parallel", "sequential")
+    # Trajectories per rehearsed turn ("auto": learned per tool) and imagined steps per trajectory.
+    budgets: tuple[int | str, ...] = (K,)
+    depths: tuple[int, ...] = (1,)
 
     def tasks_of(self, world: World) -> tuple[Any, ...]:
         return world.tasks[: self.tasks] + (world.tempting_tasks if self.tempting else ())
@@ -117,6 +121,23 @@ class Grid:
             fidelities=(1.0, 0.0), skills=(0.5,), worlds=("retail",), tasks=3, seeds=(0,),
             classes=("unknown", "no-reads"),
         )  # fmt: skip
+
+    @classmethod
+    def compounding(cls, seeds: tuple[int, ...]) -> Grid:
+        """The bounded grid of the compounding plot: anchored parallel, K = 1, 2, 4, 8 at depth
+        1 and 2, and auto, at four fidelities, two skills, four tasks per world (and the tempting
+        ones), the world's risk classes given."""
+        return cls(
+            fidelities=(1.0, 0.8, 0.5, 0.0), skills=(0.5, 0.8), tasks=4, seeds=seeds,
+            policies=("anchored",), classes=("reads",), modes=("parallel",),
+            budgets=(1, 2, 4, 8, "auto"), depths=(1, 2),
+        )  # fmt: skip
+
+    def shapes(self) -> list[tuple[int | str, int]]:
+        """(budget, depth) pairs to run: every budget at every depth, ``auto`` at depth 1 only
+        (it learns how many trajectories pay, not how deep)."""
+        first = min(self.depths)
+        return [(b, d) for d in self.depths for b in self.budgets if b != "auto" or d == first]
 
 
 class RecordingClient(AsyncRehearsalClient):
@@ -316,10 +337,12 @@ def configurations(grid: Grid, policies: tuple[str, ...]) -> list[Config]:
             twin = Twin(fidelity, skill)
             configs.append(Config(twin, "off"))
             configs += [
-                Config(twin, m, p, classes)
-                for m in ("parallel", "sequential")
+                Config(twin, m, p, classes, budget, depth)
+                for m in grid.modes
                 for p in policies
                 for classes in grid.classes
+                for budget, depth in grid.shapes()
+                if budget != "auto" or p == NEW_POLICY  # auto is the anchored rule's
             ]
     return configs
 
@@ -327,6 +350,7 @@ def configurations(grid: Grid, policies: tuple[str, ...]) -> list[Config]:
 def _grid(args: argparse.Namespace) -> Grid:
     seeds = tuple(range(args.seed_offset, args.seed_offset + args.seeds))
     grid = Grid.quick() if args.quick else Grid(seeds=seeds)
+    grid = Grid.compounding(seeds) if args.compounding else grid
     changes: dict[str, Any] = {}
     for name in ("fidelities", "skills"):
         if getattr(args, name):
@@ -339,9 +363,15 @@ def _grid(args: argparse.Namespace) -> Grid:
         changes["max_turns"] = args.max_turns
     if args.grounding_gain is not None:
         changes["grounding_gain"] = args.grounding_gain
-    for name in ("policies", "classes"):
+    for name in ("policies", "classes", "modes"):
         if getattr(args, name):
             changes[name] = tuple(v.strip() for v in getattr(args, name).split(","))
+    if args.budgets:
+        changes["budgets"] = tuple(
+            v.strip() if v.strip() == "auto" else int(v) for v in args.budgets.split(",")
+        )
+    if args.depths:
+        changes["depths"] = tuple(int(v) for v in args.depths.split(","))
     return replace(grid, **changes)
 
 
@@ -366,6 +396,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--classes", help="risk classes given to the gateway: unknown,reads,no-reads (default all)"
     )
+    parser.add_argument("--modes", help="rehearsal modes, instead of parallel,sequential")
+    parser.add_argument("--budgets", help="comma-separated K (integers or auto), instead of 4")
+    parser.add_argument("--depths", help="comma-separated depths, instead of 1")
+    parser.add_argument(
+        "--compounding", action="store_true",
+        help="the compounding grid (Grid.compounding); the other flags narrow it",
+    )  # fmt: skip
     return parser
 
 
@@ -418,11 +455,13 @@ def run_grid(grid: Grid, workdir: Path) -> Run:
 
 
 def trust_table(url: str, key: str) -> list[dict[str, Any]]:
-    """A tenant's rows of ``GET /v1/rehearsals/trust`` at the end of its run (for the JSON)."""
+    """A tenant's rows of ``GET /v1/rehearsals/trust`` at the end of its run (for the JSON),
+    each with its tool's learned budget row (``budget``) where the gateway reports one."""
     answer = httpx.get(url + "/v1/rehearsals/trust", headers={"Authorization": f"Bearer {key}"})
     answer.raise_for_status()
+    learned = {r["tool"]: r for r in (answer.json().get("budget") or {}).get("data", [])}
     rows: list[dict[str, Any]] = answer.json()["data"]
-    return rows
+    return [{**row, "budget": learned.get(row["tool"])} for row in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -435,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     document["grid"] = {
         "fidelities": grid.fidelities, "skills": grid.skills, "worlds": grid.worlds,
         "tasks_per_world": grid.tasks, "seeds": grid.seeds, "max_turns": grid.max_turns,
-        "budget": K, "policies": run.policies, "anchored_available": run.anchored,
+        "budget": K, "budgets": grid.budgets, "depths": grid.depths, "modes": grid.modes,
+        "policies": run.policies, "anchored_available": run.anchored,
         "grounding_gain": grid.grounding_gain, "classes": grid.classes, "tempting": grid.tempting,
     }  # fmt: skip
     document["trust_tables"] = run.trust

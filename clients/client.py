@@ -40,7 +40,7 @@ class Rehearsal:
     """Per-request rehearsal knobs; ``None`` leaves a knob to the gateway's default."""
 
     mode: Mode | None = None
-    budget: int | None = None
+    budget: int | Literal["auto"] | None = None  # "auto": learned per tool
     depth: int | None = None
     commit: CommitRule | None = None
     deadline_ms: int | None = None
@@ -91,6 +91,8 @@ class RehearsalSummary(BaseModel):
     # Under ``confirm``: the calls held back while the answer asks the user (else None).
     held_for_confirmation: list[dict[str, Any]] | None = None
     trust: dict[str, str] = Field(default_factory=dict)  # tool -> trust policy
+    # Under budget "auto": the K the anchor's tool learned, why, and whether it was a probe.
+    auto: dict[str, Any] | None = None
     engine_calls: int = 0
     degraded: str | None = None
     latency_ms: LatencySplit = Field(default_factory=LatencySplit)

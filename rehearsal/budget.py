@@ -6,6 +6,11 @@ frozen ``Budget`` and checks every value against ``BudgetCaps``. Nothing is ever
 of the wrong type or outside the caps raises ``BudgetError`` naming the parameter as the client
 spelled it (``rehearsal.budget`` for a body field, ``X-Rehearsal-Budget`` for a header), which the
 server turns into a 400. A budget of 0 means "off", whatever the mode says.
+
+``budget`` may also be ``"auto"`` (``rehearsal.auto``): the K is learned per tenant and tool once
+the anchor is known, within the caps; until then ``Budget.budget`` holds the cap, the bound every
+engine-call count is held to. It needs the anchored commit rule, the only one that acts before
+it spends: any other is a 400.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, get_args
 
+from .auto import AUTO
 from .errors import BudgetError
 from .risk import Risk, risk_map
 
@@ -65,6 +71,8 @@ class Budget:
     # A destructive call with evidence against it that no rule could act on becomes a question
     # to the user instead (rehearsal.confirm).
     confirm: bool = False
+    # ``budget: "auto"``: ``budget`` is the cap, and the anchor's tool's learned K is spent.
+    auto: bool = False
 
     @property
     def active(self) -> bool:
@@ -89,6 +97,7 @@ class Budget:
             "repair": self.repair,
             "risk": self.risk,
             "confirm": self.confirm,
+            "auto": self.auto,
         }
 
     def max_engine_calls(self, calls_per_turn: int = 1) -> int:
@@ -112,17 +121,24 @@ class Budget:
 
 
 def _field_names() -> tuple[str, ...]:
-    return tuple(Budget.__dataclass_fields__)
+    """The knobs a body may name: every field but ``auto``, which ``budget: "auto"`` sets."""
+    return tuple(name for name in Budget.__dataclass_fields__ if name != "auto")
+
+
+def _is_auto(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() == AUTO
 
 
 def _as_int(param: str, value: object, *, from_text: bool) -> int:
+    # ``budget`` also takes "auto" (checked before this): say so when it is wrong.
+    wanted = 'an integer or "auto"' if param.lower().endswith("budget") else "an integer"
     if from_text and isinstance(value, str):
         try:
             return int(value.strip())
         except ValueError:
-            raise BudgetError(param, f"expected an integer, got {value!r}") from None
+            raise BudgetError(param, f"expected {wanted}, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BudgetError(param, f"expected an integer, got {type(value).__name__}")
+        raise BudgetError(param, f"expected {wanted}, got {type(value).__name__}")
     return value
 
 
@@ -148,6 +164,8 @@ def _coerce(name: str, param: str, value: object, *, from_text: bool) -> object:
         return _as_choice(param, value, MODES)
     if name == "commit":
         return _as_choice(param, value, COMMIT_RULES)
+    if name == "budget" and _is_auto(value):
+        return AUTO
     if name in ("budget", "depth", "deadline_ms"):
         return _as_int(param, value, from_text=from_text)
     if name in ("temperature", "top_p"):
@@ -179,11 +197,14 @@ def check_budget(budget: Budget, caps: BudgetCaps, params: Mapping[str, str]) ->
         fail("temperature", f"must be between 0 and {caps.max_temperature}")
     if not 0.0 < budget.top_p <= 1.0:
         fail("top_p", "must be greater than 0 and at most 1")
+    if budget.auto and budget.commit != "anchored":
+        named = "commit" if "commit" in params and "budget" not in params else "budget"
+        fail(named, 'a budget of "auto" needs the anchored commit rule')
 
 
 def _asks_for_rehearsal(chosen: Mapping[str, object]) -> bool:
     value = chosen.get("budget")
-    return isinstance(value, int) and value > 0
+    return value == AUTO or (isinstance(value, int) and value > 0)
 
 
 _KNOB_HEADERS = frozenset(header.lower() for header in HEADERS)
@@ -243,6 +264,10 @@ def resolve_budget(
     if "mode" not in chosen and defaults.mode == "off" and _asks_for_rehearsal(chosen):
         # A budget given without a mode means "rehearse": silently doing nothing would be worse.
         chosen["mode"] = "parallel"
+    if "budget" in chosen:  # a request's own budget, learned or fixed, over the default's
+        chosen["auto"] = chosen["budget"] == AUTO
+    if chosen.get("auto", defaults.auto):
+        chosen["budget"] = caps.max_budget  # the bound; the learned K is chosen per anchor
     # ``Budget(**...)`` over ``to_dict`` (held to every field by a test), not ``replace``, which
     # walks the dataclass's fields in Python on every rehearsed request.
     merged = defaults.to_dict() | chosen

@@ -21,8 +21,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import cast
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 from .budget import Budget
 from .checks import CHECK_CODE, ToolChecker
@@ -111,6 +111,7 @@ class RehearsalContext:
         # What the commit rules judge imagination by (a destructive tool's learning: trusted).
         self.trust = judging_trust(request.trust, request.risk)
         self._tools_text: ToolsText | None = None  # written at the first imagined call
+        self.learned: dict[str, Any] | None = None  # under ``auto``: the K spent, and why
 
     def policy(self, tool: str) -> Policy:
         """The trust policy ``tool``'s imagination is under (``trusted`` when none is known)."""
@@ -215,25 +216,49 @@ class RehearsalContext:
     def new_walk(self, samples: tuple[int, ...], turn: AssistantTurn) -> WalkState:
         """A trajectory for ``turn``; over at once for an answer or a call the check vetoes."""
         state = WalkState(len(self.walks), samples, [Step(turn)])
+        first = not self.walks
         if turn.is_answer:
             state.ended = "answer"
         elif self.check_step(state):
-            state.ended = self._skip(turn)
+            state.ended = self._skip(turn, self._adopt(turn) if first else None)
+        if first and self.learned is None and self.budget.auto:
+            self._adopt(None)  # an answer, or a call a check vetoed: the cap's alternatives
         self.walks.append(state)
         return state
 
-    def _skip(self, turn: AssistantTurn) -> Ending | None:
+    def _adopt(self, turn: AssistantTurn | None) -> int | None:
+        """Under ``auto``, the K the anchor's tools learned becomes the budget (``rehearsal.auto``;
+        0, not imagined, is 1 on a probe); ``turn`` None: no imagination needed, ``max_k``."""
+        if not self.budget.auto:
+            return None
+        auto = self.settings.auto
+        k, why, probe = auto.max_k, "no imagination needed to judge the anchor", False
+        if turn is not None:
+            default = (auto.learning_k, "no figures for this tool")
+            k, why = max(self.request.auto.get(c.name, default) for c in turn.tool_calls)
+            k, probe = (1, True) if k == 0 and self.rng.random() < auto.probe_rate else (k, False)
+        k = min(k, self.budget.budget)
+        self.learned = {"budget": k, "why": why, "probe": probe}
+        self.budget = replace(self.budget, budget=max(k, 1))
+        return k
+
+    def _skip(self, turn: AssistantTurn, learned: int | None = None) -> Ending | None:
         """Why ``turn`` is not imagined, if it is not: ``read`` or ``skipped`` (by trust).
 
-        A destructive turn is always imagined. A turn of reads only is not when reads are not
-        (``imagine_reads``). Otherwise trust decides: never for a tool under ``off``; for one
-        under ``ignore_vetoes``, only within the probe rate (one draw per turn).
+        Destructive: always; reads only: not unless ``imagine_reads``. Under ``auto``, the anchor
+        when its ``learned`` K is above 0, another turn not when a tool of it learned 0. Else
+        trust: never under ``off``, under ``ignore_vetoes`` within the probe rate (one draw).
         """
         risk = self.risk_of(turn)
         if risk == "destructive":
             return None
         if risk == "read_only" and not self.request.imagine_reads:
             return "read"
+        if learned is not None:
+            return "skipped" if learned == 0 else None
+        zero = (self.request.auto.get(c.name, (1, ""))[0] == 0 for c in turn.tool_calls)
+        if self.budget.auto and any(zero):
+            return "skipped"
         policies = {self.policy(call.name) for call in turn.tool_calls}
         if "off" in policies:
             return "skipped"

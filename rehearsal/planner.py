@@ -470,6 +470,7 @@ class Planner:
             probes=tuple(ctx.probes),
             trust={tool: ctx.policy(tool) for tool in sorted(tools)},
             risk=dict(ctx.request.risk),
+            auto=ctx.learned,
             degraded=degraded(ctx.faults),
             faults=tuple(ctx.faults),
             memory_note=ctx.note,

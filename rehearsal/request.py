@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .auto import AutoSettings
 from .messages import Message
 from .prompts import DEFAULT_SYSTEM_INSTRUCTION
 from .risk import ToolRisk
@@ -35,6 +36,8 @@ class RehearsalRequest:
     trust: Mapping[str, Policy] = field(default_factory=dict)  # tool -> policy; absent: trusted
     risk: Mapping[str, ToolRisk] = field(default_factory=dict)  # tool -> class; absent: unknown
     imagine_reads: bool = True  # False: a read_only call is not imagined (rehearsal.risk)
+    # Under ``budget: "auto"``: tool -> (learned K, why) (rehearsal.auto); absent: learning_k.
+    auto: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +55,4 @@ class PlannerSettings:
     # Share of calls of an ``ignore_vetoes`` tool still imagined, so that trust can be re-earned;
     # the rest are not imagined (their vetoes would not be acted on: pure cost).
     probe_rate: float = 1.0
+    auto: AutoSettings = field(default_factory=AutoSettings)  # ``budget: "auto"`` (rehearsal.auto)

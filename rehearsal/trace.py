@@ -210,6 +210,8 @@ class RehearsalResult:
     probes: tuple[ImaginedObservation, ...] = ()
     trust: dict[str, str] = field(default_factory=dict)  # tool -> trust policy it was under
     risk: dict[str, ToolRisk] = field(default_factory=dict)  # offered tool -> its risk class
+    # Under ``budget: "auto"``: the K the anchor's tool learned, why, and whether it was a probe.
+    auto: dict[str, Any] | None = None
     degraded: str | None = None
     faults: tuple[str, ...] = ()
     memory_note: str | None = None
@@ -306,6 +308,7 @@ class RehearsalResult:
             if self.held is None
             else [call.to_dict() for call in self.held.tool_calls],
             "trust": dict(self.trust),
+            "auto": self.auto,
             "engine_calls": self.engine_calls,
             "degraded": self.degraded,
             "latency_ms": self.timings.to_dict(),

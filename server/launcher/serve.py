@@ -131,7 +131,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         "--rehearsal-mode", choices=MODES, help="the default mode (default off: a drop-in proxy)"
     )
     rehearsal.add_argument(
-        "--rehearsal-budget", type=int, metavar="K", help="imagined trajectories (default 4)"
+        "--rehearsal-budget", metavar="K", help="imagined trajectories, or auto (default 4)"
     )
     rehearsal.add_argument(
         "--rehearsal-depth", type=int, metavar="D", help="imagined steps each (default 1)"

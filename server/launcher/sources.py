@@ -197,8 +197,13 @@ def whole_problems(settings: GatewaySettings) -> list[tuple[str, str]]:
     except BudgetError as exc:
         knob = exc.param.removeprefix("default.")
         cap = f" (the cap, {variable(CAPS[knob])})" if knob in CAPS else ""
-        problems.append((f"rehearsal_{knob}", f"the default {knob} {exc.message}{cap}"))
-    cost = settings.rehearsal_budget * settings.rehearsal_depth
+        if settings.rehearsal_budget == "auto" and settings.rehearsal_commit != "anchored":
+            rule = f'is "auto", which needs {variable("rehearsal_commit")}=anchored'
+            problems.append(("rehearsal_budget", rule))
+        else:
+            problems.append((f"rehearsal_{knob}", f"the default {knob} {exc.message}{cap}"))
+    default_k = settings.rehearsal_budget
+    cost = (settings.max_budget if default_k == "auto" else default_k) * settings.rehearsal_depth
     if settings.rehearsal_mode != "off" and 0 < settings.limit_max_cost < cost:
         problems.append(("limit_max_cost", (
             f"is below the default rehearsal's cost (budget x depth = {cost}): every "

@@ -6,6 +6,7 @@ list of parts and ``RehearsalService`` receives plain core objects.
 
 from __future__ import annotations
 
+from rehearsal_gateway.rehearsal.auto import AutoSettings
 from rehearsal_gateway.rehearsal.budget import Budget, BudgetCaps
 from rehearsal_gateway.rehearsal.prompts import DEFAULT_SYSTEM_INSTRUCTION, load_system_instruction
 from rehearsal_gateway.rehearsal.request import PlannerSettings
@@ -16,6 +17,10 @@ from ..settings import REHEARSAL_PRIORITY, GatewaySettings
 
 
 def budget_defaults(settings: GatewaySettings) -> Budget:
+    """The knobs' defaults; ``budget: auto`` is the cap as the bound, learned per anchor."""
+    if settings.rehearsal_budget == "auto":
+        learned = {"budget": settings.max_budget, "auto": True}
+        return settings.values_for(Budget, prefix="rehearsal_", **learned)
     return settings.values_for(Budget, prefix="rehearsal_")
 
 
@@ -34,6 +39,7 @@ def planner_settings(settings: GatewaySettings) -> PlannerSettings:
         grounding_limit=settings.grounding_examples,
         reject_undeclared=settings.reject_undeclared_arguments,
         probe_rate=settings.trust_probe_rate,
+        auto=settings.values_for(AutoSettings, prefix="auto_"),
     )
 
 

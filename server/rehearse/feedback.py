@@ -18,6 +18,8 @@ never both count it) and records:
   receive as few-shot examples;
 - **session memory** — the real outcome, marked as real (a real tool error is remembered as an
   action to avoid; imagined vetoes are never stored there);
+- the **learned budget's** counts (``rehearsal.auto``) of the anchor's tool, when the record
+  names one (the anchored rule): the real outcome, and whether the call replaced the anchor;
 - the rehearsal's stored **trace**, extended with this feedback.
 
 Tool messages answering ids we did not mint are none of our business: they pass through untouched.
@@ -32,6 +34,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rehearsal_gateway.rehearsal.auto import auto_cells, class_pool
 from rehearsal_gateway.rehearsal.fidelity import fidelity, parse_observation
 from rehearsal_gateway.rehearsal.hindsight import content_text, real_error
 from rehearsal_gateway.rehearsal.memory import MemoryEntry
@@ -57,12 +60,20 @@ def pending_record(
     imagined_outcome: str | None,
     unconditional: bool = False,
     risk: str = "unknown",
+    anchor_tool: str | None = None,
+    replaced: bool = False,
+    anchor_imagined: bool = False,
+    anchor_risk: str = "unknown",
 ) -> dict[str, Any]:
     """What is kept under a minted tool-call id until its real result arrives.
 
     ``unconditional``: the call was committed whatever imagination said of it, so an imagined
     failure's real outcome counts as an unselected veto, else as a weighed one (rehearsal.trust).
     ``risk``: the call's risk class (rehearsal.risk), the label of its real result's count.
+    ``anchor_tool``: the tool whose learned budget (rehearsal.auto) this result counts for, and
+    ``replaced``: whether the call was committed instead of that tool's anchor (imagination
+    vetoed it); ``anchor_imagined``: whether the anchor was imagined; ``anchor_risk``: its class
+    (whose pooled row the result counts in too).
     """
     return {
         "tenant": tenant,
@@ -74,6 +85,10 @@ def pending_record(
         "imagined_outcome": imagined_outcome,
         "unconditional": unconditional,
         "risk": risk,
+        "anchor_tool": anchor_tool,
+        "replaced": replaced,
+        "anchor_imagined": anchor_imagined,
+        "anchor_risk": anchor_risk,
         "sent_at": time.time(),
     }
 
@@ -197,6 +212,16 @@ class Feedback:
                     weighed = record.get("unconditional") is not True
                     pair = cell(predicted, failed, weighed=weighed)
                     await self.store.record_trust(tenant, str(record.get("tool")), pair)
+                except StoreUnavailable as exc:
+                    self.metrics.store_error(exc.op)
+            anchor_tool = record.get("anchor_tool")
+            if isinstance(anchor_tool, str):
+                try:
+                    replaced, seen = record.get("replaced"), record.get("anchor_imagined")
+                    cells = auto_cells(replaced is True, failed, seen is True)
+                    risk = record.get("anchor_risk")
+                    pool = class_pool(risk if risk in RISKS else "unknown")
+                    await self.store.record_budget(tenant, (anchor_tool, pool), cells)
                 except StoreUnavailable as exc:
                     self.metrics.store_error(exc.op)
             await self._remember(tenant, record, real, failed, summary)

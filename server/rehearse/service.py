@@ -30,7 +30,13 @@ from rehearsal_gateway.rehearsal.errors import BudgetError, GeneratorError
 from rehearsal_gateway.rehearsal.messages import AssistantTurn
 from rehearsal_gateway.rehearsal.planner import Planner
 from rehearsal_gateway.rehearsal.request import PlannerSettings, RehearsalRequest
-from rehearsal_gateway.rehearsal.risk import RiskPolicy, RiskSettings, classify, strip_annotations
+from rehearsal_gateway.rehearsal.risk import (
+    UNKNOWN,
+    RiskPolicy,
+    RiskSettings,
+    classify,
+    strip_annotations,
+)
 from rehearsal_gateway.rehearsal.trace import ImaginedObservation, RehearsalResult
 from rehearsal_gateway.rehearsal.trust import (
     Counts,
@@ -63,6 +69,7 @@ from .committed import (
 )
 from .engine_port import EngineGenerator
 from .feedback import imagined_error, pending_record
+from .learned import anchor_of, budget_rows, learned_budgets
 
 # Request fields the planner handles itself; everything else reaches the acting calls untouched.
 _OWN_FIELDS = frozenset(
@@ -210,6 +217,17 @@ class RehearsalRun:
         table = {tool: Counts.from_mapping(row) for tool, row in raw.items()}
         return policies(names, table, settings)
 
+    async def learned(self, request: RehearsalRequest) -> dict[str, tuple[int, str]]:
+        """Under ``budget: "auto"``: each offered tool's learned K and why (rehearsal.auto); a
+        store failure: none (each tool then gets ``learning_k``)."""
+        try:
+            raw = await self.service.store.budget_table(self.call.tenant)
+        except StoreUnavailable as exc:
+            self.service.metrics.store_error(exc.op)
+            self.store_faults.append(exc.op)
+            return {}
+        return learned_budgets(raw, request, self.service.planner.auto)
+
     async def run(self) -> RehearsalResult:
         """The planner's run; an engine failure on every acting call is the engine's error."""
         bound = self.budget.deadline_ms / 1000.0 + self.service.commit_timeout
@@ -219,6 +237,8 @@ class RehearsalRun:
         rng = random.Random(seed if isinstance(seed, int) else secrets.randbits(64))
         risk = self.service.risk.for_tenant(self.call.tenant)
         request = _rehearsal_request(self.call, self.session, await self.trust(), self.budget, risk)
+        if self.budget.auto:
+            request = replace(request, auto=await self.learned(request))
         try:
             return await planner.run(request, self.budget, rng=rng)
         except GeneratorError as exc:
@@ -242,6 +262,7 @@ class RehearsalRun:
             "feedback_in": self.feedback,
         }
         pending = {}
+        anchor, replaced, imagined = anchor_of(result)
         for tool_call, risk in zip(turn.tool_calls, result.committed_risk(), strict=True):
             seen = _imagined_for(result, tool_call.signature)
             pending[tool_call.id] = pending_record(
@@ -250,6 +271,9 @@ class RehearsalRun:
                 imagined=None if seen is None else seen.result,
                 imagined_outcome=None if seen is None else seen.outcome,
                 unconditional=result.commit_unconditional, risk=risk,
+                anchor_tool=anchor if replaced else (anchor and tool_call.name), replaced=replaced,
+                anchor_imagined=imagined,
+                anchor_risk=result.risk.get(anchor, UNKNOWN).risk if anchor else "unknown",
             )  # fmt: skip
         # Beside the answer, not before it: only later requests read these (the next turn's
         # feedback, GET /v1/rehearsals/{id}), and they wait for the write (server/store/writer.py).
@@ -359,6 +383,7 @@ class RehearsalService:
         return {
             "object": "list",
             "data": rows,
+            "budget": await self._budget_rows(tenant, table),
             "settings": {
                 "enabled": settings.enabled,
                 "min_samples": settings.min_samples,
@@ -372,6 +397,12 @@ class RehearsalService:
                 "pins": dict(settings.pins),
             },
         }
+
+    async def _budget_rows(self, tenant: str, trust: Mapping[str, Counts]) -> dict[str, Any]:
+        """The trust route's ``budget`` section (``server/rehearse/learned.py``)."""
+        raw = await self.store.budget_table(tenant)
+        risk = self.risk.for_tenant(tenant)
+        return budget_rows(raw, trust, self.trust_settings, risk, self.planner.auto)
 
     async def trace(self, tenant: str, rehearsal_id: str) -> dict[str, Any]:
         """A stored trace of ``tenant``; 404 when unknown, expired or another tenant's."""

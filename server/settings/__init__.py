@@ -160,7 +160,8 @@ class GatewaySettings(BaseSettings):
     # Rehearsal defaults: what a request gets when it sets no knob (body > headers > these).
     # Off by default so that the gateway is a drop-in until a client or operator asks for more.
     rehearsal_mode: Literal["off", "parallel", "sequential"] = "off"
-    rehearsal_budget: int = Field(default=4, ge=0)
+    # K trajectories, or "auto": learned per tenant and tool within max_budget (rehearsal/auto.py).
+    rehearsal_budget: Annotated[int, Field(ge=0)] | Literal["auto"] = 4
     rehearsal_depth: int = Field(default=1, ge=1)
     rehearsal_commit: Literal["anchored", "reflect", "select"] = "anchored"
     rehearsal_deadline_ms: int = Field(default=20_000, ge=1)
@@ -189,6 +190,13 @@ class GatewaySettings(BaseSettings):
     # invalid unless the schema sets additionalProperties itself.
     reject_undeclared_arguments: bool = True
 
+    # The learned budget, budget "auto" (rehearsal/auto.py, docs/rehearsal-knobs.md).
+    auto_max_k: int = Field(default=4, ge=1)
+    auto_learning_k: int = Field(default=4, ge=0)
+    auto_min_samples: int = Field(default=8, ge=1)
+    auto_quiet: float = Field(default=0.1, ge=0, le=1)
+    auto_read_quiet: float = Field(default=0.2, ge=0, le=1)
+    auto_probe_rate: float = Field(default=0.1, ge=0, le=1)
     # Trust learned from real results (rehearsal/trust.py, docs/rehearsal-knobs.md).
     trust_enabled: bool = True
     trust_min_samples: int = Field(default=8, ge=1)
@@ -361,6 +369,15 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def read_off_mode(cls, value: Any) -> Any:
         return off_word(value)
+
+    @field_validator("rehearsal_budget", mode="before")
+    @classmethod
+    def read_auto_budget(cls, value: Any) -> Any:
+        """``auto`` in any case; a number as text (an environment variable) as a number."""
+        if isinstance(value, str):
+            text = value.strip().lower()
+            return "auto" if text == "auto" else int(text) if text.lstrip("-").isdigit() else value
+        return value
 
     @field_validator("trust_pins", mode="before")
     @classmethod

@@ -22,6 +22,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 import orjson
 from redis.exceptions import RedisError
 
+from rehearsal_gateway.rehearsal.auto import AUTO_CELLS
 from rehearsal_gateway.rehearsal.trust import CELLS
 
 from ..errors import StoreUnavailable
@@ -56,6 +57,10 @@ class RehearsalStore(Protocol):
     ) -> list[JSONObject]: ...
     async def record_trust(self, tenant: str, tool: str, cell: str) -> None: ...
     async def trust_table(self, tenant: str) -> dict[str, dict[str, int]]: ...
+    async def record_budget(
+        self, tenant: str, tools: tuple[str, ...], cells: tuple[str, ...]
+    ) -> None: ...
+    async def budget_table(self, tenant: str) -> dict[str, dict[str, int]]: ...
 
 
 P = ParamSpec("P")
@@ -107,12 +112,55 @@ return 1
 """
 
 
-def trust_rows(fields: dict[str, int]) -> dict[str, dict[str, int]]:
+# One real result of a tool's anchor for the learned budget (rehearsal.auto), as TRUST_SCRIPT:
+# bump the given cells of each named row (the tool, its class's pool; each when known or there
+# is room) and of "*", halve a row once its samples (n + r) pass the window, refresh the TTL.
+# KEYS[1] budget hash; ARGV: window, ttl_s, max_tools, number of rows, row..., cell...
+BUDGET_SCRIPT = """
+local key = KEYS[1]
+local window, ttl, max_tools = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local rows = tonumber(ARGV[4])
+local cells = {"n", "f", "r", "rs"}
+local function bump(name)
+  for i = 5 + rows, #ARGV do redis.call("HINCRBY", key, name .. ":" .. ARGV[i], 1) end
+  local fields = {}
+  for i = 1, #cells do fields[i] = name .. ":" .. cells[i] end
+  local values = redis.call("HMGET", key, unpack(fields))
+  if (tonumber(values[1]) or 0) + (tonumber(values[3]) or 0) > window then
+    for i = 1, #cells do
+      redis.call("HSET", key, fields[i], math.floor((tonumber(values[i]) or 0) / 2))
+    end
+  end
+end
+for row = 5, 4 + rows do
+  local tool = ARGV[row]
+  local known = redis.call("HEXISTS", key, tool .. ":n") == 1
+    or redis.call("HEXISTS", key, tool .. ":r") == 1
+  if not known then
+    local seen, count = {}, 0
+    for _, field in ipairs(redis.call("HKEYS", key)) do
+      local name = string.match(field, "^(.*):[nfr]s?$")
+      if name and name ~= "*" and not seen[name] then
+        seen[name] = true
+        count = count + 1
+      end
+    end
+    known = count < max_tools
+  end
+  if known then bump(tool) end
+end
+bump("*")
+redis.call("EXPIRE", key, ttl)
+return 1
+"""
+
+
+def trust_rows(fields: dict[str, int], cells: tuple[str, ...] = CELLS) -> dict[str, dict[str, int]]:
     """``{"tool:cell": n}`` as ``{tool: {cell: n}}`` (tool names may contain colons)."""
     table: dict[str, dict[str, int]] = {}
     for field, count in fields.items():
         tool, _, cell = field.rpartition(":")
-        if tool and cell in CELLS:
+        if tool and cell in cells:
             table.setdefault(tool, {})[cell] = count
     return table
 
@@ -179,6 +227,7 @@ class RedisStore:
         # "redis", "redis-cluster" or "redis-sentinel": what /ready and the start-up line say.
         self.kind = "redis" if self._connection.kind == "node" else f"redis-{self._connection.kind}"
         self._trust_script = self._redis.register_script(TRUST_SCRIPT)
+        self._budget_script = self._redis.register_script(BUDGET_SCRIPT)
 
     @property
     def client(self) -> RedisClient:
@@ -331,6 +380,26 @@ class RedisStore:
             raise StoreUnavailable("trust_table", type(exc).__name__) from exc
         fields = {_text(k): int(v) for k, v in raw.items() if _text(v).lstrip("-").isdigit()}
         return trust_rows(fields)
+
+    @_waited
+    async def record_budget(
+        self, tenant: str, tools: tuple[str, ...], cells: tuple[str, ...]
+    ) -> None:
+        life = self.lifetimes
+        args: list[str | int] = [life.trust_window, life.trust_s, life.trust_max_tools, len(tools)]
+        try:
+            await self._budget_script(keys=[self.keys.budget(tenant)], args=[*args, *tools, *cells])
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("record_budget", type(exc).__name__) from exc
+
+    @_waited
+    async def budget_table(self, tenant: str) -> dict[str, dict[str, int]]:
+        try:
+            raw = await self._redis.hgetall(self.keys.budget(tenant))
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("budget_table", type(exc).__name__) from exc
+        fields = {_text(k): int(v) for k, v in raw.items() if _text(v).lstrip("-").isdigit()}
+        return trust_rows(fields, AUTO_CELLS)
 
 
 def _text(value: bytes | str) -> str:

@@ -187,3 +187,26 @@ class InProcessStore:
     async def trust_table(self, tenant: str) -> dict[str, dict[str, int]]:
         table: dict[str, dict[str, int]] = self._get(self._keys.trust(tenant)) or {}
         return {tool: dict(row) for tool, row in table.items()}
+
+    async def record_budget(
+        self, tenant: str, tools: tuple[str, ...], cells: tuple[str, ...]
+    ) -> None:
+        key = self._keys.budget(tenant)
+        life = self.lifetimes
+        table: dict[str, dict[str, int]] = self._get(key) or {}
+        names = []
+        for tool in tools:
+            if tool in table or len([t for t in table if t != "*"]) < life.trust_max_tools:
+                names.append(tool)
+                table.setdefault(tool, {})
+        for name in [*names, "*"]:
+            row = table.setdefault(name, {})
+            for cell in cells:
+                row[cell] = row.get(cell, 0) + 1
+            if row.get("n", 0) + row.get("r", 0) > life.trust_window:
+                table[name] = {c: n // 2 for c, n in row.items()}
+        self._set(key, table, life.trust_s)
+
+    async def budget_table(self, tenant: str) -> dict[str, dict[str, int]]:
+        table: dict[str, dict[str, int]] = self._get(self._keys.budget(tenant)) or {}
+        return {tool: dict(row) for tool, row in table.items()}

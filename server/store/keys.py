@@ -14,6 +14,10 @@ values never appear in a key: grounding is addressed by a hash of the canonical 
                                                   outcome pairs (cells ee/eo/oe/oo/we/wo,
                                                   rehearsal.trust; tool "*" is the tenant
                                                   pooled); halved past a window
+    {prefix}budget:{<tenant>}                     hash "{tool}:{cell}" -> real results of the tool's
+                                                  anchors for the learned budget (cells n/f/r/rs,
+                                                  rehearsal.auto); as trust's: pooled "*",
+                                                  halved past the window, trust's TTL
     {prefix}limit:{<tenant>}:rate                 token bucket hash {tokens, ts}: requests/s
     {prefix}limit:{<tenant>}:calls                token bucket hash: rehearsal engine calls/min
     {prefix}limit:{<tenant>}:inflight             sorted set request id -> lease end (ms)
@@ -89,6 +93,9 @@ class Keys:
 
     def trust(self, tenant: str) -> str:
         return f"{self.prefix}trust:{tag(tenant)}"
+
+    def budget(self, tenant: str) -> str:
+        return f"{self.prefix}budget:{tag(tenant)}"
 
     def limit(self, tenant: str, kind: str) -> str:
         """A fair-use counter of ``tenant`` (``rate``, ``calls`` or ``inflight``)."""

@@ -41,6 +41,7 @@ CANARY_OUTCOMES = ("answered", "silent")
 STORE_OPS = (  # the operations of server/store/backends.py
     "ping", "save_trace", "load_trace", "save_pending", "take_pending", "append_memory",
     "recent_memory", "save_grounding", "grounding", "record_trust", "trust_table",
+    "record_budget", "budget_table",
     "save_settled", "limits",
 )  # fmt: skip
 # ---- background store writes and fair-use limits (server/store/writer.py, limits.py)
@@ -49,6 +50,7 @@ STORE_WRITE_OUTCOMES = ("written", "failed", "dropped", "cut")
 LIMIT_KINDS = ("rate", "concurrency", "engine_calls", "budget_depth")
 OUTCOMES = ("ok", "error")  # imagined or real outcome of one committed call
 TRUST_POLICIES = ("trusted", "learning", "ignore_vetoes", "off")
+AUTO_BUDGETS = ("0", "probe", "2", "4")  # the learned K's usual values (rehearsal.auto)
 COMMIT_PATHS = (
     "anchor", "anchor_vetoed", "replaced", "valid_fallback", "trust_off", "selected",
     "reflected", "reflect_fallback", "least_bad", "repaired", "early_exit", "salvaged", "read",
@@ -207,6 +209,11 @@ class MetricFamilies:
             "Candidate tools of rehearsed requests by the trust policy their imagination had.",
             ("policy",), registry=reg,
         )  # fmt: skip
+        self.auto_budgets = Counter(
+            PREFIX + "auto_budgets",
+            "Rehearsals under budget auto by the K their anchor's tool learned (probe: a probe).",
+            ("budget",), registry=reg,
+        )  # fmt: skip
         self.commits = Counter(
             PREFIX + "commits",
             "Rehearsed commits by decision path, the committed call's schema check and risk class.",
@@ -275,6 +282,8 @@ class MetricFamilies:
                 self.outcome_predictions.labels(imagined, real)
         for policy in TRUST_POLICIES:
             self.trust_decisions.labels(policy)
+        for learned in AUTO_BUDGETS:
+            self.auto_budgets.labels(learned)
         for path in COMMIT_PATHS:
             for check in COMMIT_CHECKS:
                 for risk in COMMIT_RISKS:

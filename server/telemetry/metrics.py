@@ -221,6 +221,9 @@ class GatewayMetrics(MetricFamilies):
                         self._child(self.vetoes, code, observation.source).inc()
         for policy in result.trust.values():
             self._child(self.trust_decisions, policy).inc()
+        if result.auto is not None:
+            learned = "probe" if result.auto["probe"] else str(result.auto["budget"])
+            self._child(self.auto_budgets, learned).inc()
         risk = turn_risk(result.turn, result.risk) or "none"
         self._child(self.commits, result.commit_path, result.commit_check, risk).inc()
         if result.early_exit is not None:

@@ -106,4 +106,4 @@ def test_spec_names_expand_histograms() -> None:
         "rehearsal_gateway_engine_healthy",
     } <= names
     assert "rehearsal_gateway_fidelity" not in names
-    assert len({n for n in names if n.startswith("rehearsal_gateway_")}) == 9 * 3 + 23
+    assert len({n for n in names if n.startswith("rehearsal_gateway_")}) == 9 * 3 + 24

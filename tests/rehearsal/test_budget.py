@@ -50,7 +50,7 @@ def test_every_body_knob_is_accepted() -> None:
     }
     got = resolve(body)
     pairs = (("cancel_order", "destructive"), ("get_order", "read_only"))
-    assert got.to_dict() == {**body, "temperature": 1.0, "risk": pairs}
+    assert got.to_dict() == {**body, "temperature": 1.0, "risk": pairs, "auto": False}
 
 
 @pytest.mark.parametrize(

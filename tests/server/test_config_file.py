@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rehearsal_gateway.server.launcher.sources import Given, SettingsRefused, load_settings
+from rehearsal_gateway.server.rehearse.defaults import budget_defaults
 from tests.support.procs import ROOT, cli_argv
 
 REFERENCE = (ROOT / "docs" / "configuration.md").read_text()
@@ -92,6 +93,11 @@ def test_the_documented_example_file_loads_as_written(tmp_path: Path) -> None:
             "rehearsal_budget in config file=20: the default budget must be between 0 and 8",
             id="above-cap",
         ),
+        pytest.param(
+            "rehearsal_budget: Auto\nrehearsal_commit: select\n",
+            'is "auto", which needs RGW_REHEARSAL_COMMIT=anchored',
+            id="auto-without-anchored",
+        ),
     ],
 )
 def test_a_bad_file_is_refused_naming_the_key(tmp_path: Path, text: str, says: str) -> None:
@@ -99,6 +105,14 @@ def test_a_bad_file_is_refused_naming_the_key(tmp_path: Path, text: str, says: s
     with pytest.raises(SettingsRefused) as refused:
         load_settings(Given(config_file=_file(tmp_path, text)))
     assert says in str(refused.value)
+
+
+def test_an_auto_default_budget_is_the_cap_learned_per_anchor(tmp_path: Path) -> None:
+    """``rehearsal_budget: auto`` loads; the default budget is the cap, with ``auto`` set."""
+    loaded = load_settings(Given(config_file=_file(tmp_path, "rehearsal_budget: auto\n")))
+    settings = loaded.settings
+    defaults = budget_defaults(settings)
+    assert (settings.rehearsal_budget, defaults.auto, defaults.budget) == ("auto", True, 8)
 
 
 def test_config_command_prints_values_and_sources(tmp_path: Path) -> None:

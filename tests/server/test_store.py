@@ -108,6 +108,24 @@ async def test_weighed_veto_cells_are_counted_and_halved_with_the_rest(
     assert {cell: n for cell, n in table["tool"].items() if n} == {"wo": 1, "oo": 1}
 
 
+async def test_budget_counts_pool_halve_and_cap_tools(store: RehearsalStore) -> None:
+    """The learned budget's counts (rehearsal.auto) as trust's: per tool and pooled, a row
+    halved once its samples (n + r) pass the window, new tools capped."""
+    for cells in (("n",), ("n", "f"), ("r", "rs"), ("r",)):
+        await store.record_budget("t", ("get:order",), cells)
+    expected = {"n": 2, "f": 1, "r": 2, "rs": 1}
+    assert await store.budget_table("t") == {"get:order": expected, "*": expected}
+    for _ in range(3):  # 7 samples pass the window of 6: the row halves
+        await store.record_budget("t", ("get:order",), ("n",))
+    table = await store.budget_table("t")
+    assert {cell: n for cell, n in table["get:order"].items() if n} == {"n": 2, "r": 1}
+    await store.record_budget("t", ("second", "third"), ("r",))  # third: beyond max_tools
+    table = await store.budget_table("t")
+    assert ("second" in table, "third" in table) == (True, False)
+    assert table["*"]["r"] == 2
+    assert await store.budget_table("other") == {}
+
+
 async def test_every_redis_key_has_a_ttl() -> None:
     """Each kind of key the store writes carries an expiry."""
     keys = Keys(prefix=f"rgwtest-{uuid.uuid4().hex[:8]}:")
@@ -119,8 +137,9 @@ async def test_every_redis_key_has_a_ttl() -> None:
         await store.append_memory("t", "s", [{"a": 1}])
         await store.save_grounding("t", "tool", "{}", {"a": 1})
         await store.record_trust("t", "tool", "oo")
+        await store.record_budget("t", ("tool",), ("n",))
         found = [key async for key in raw.scan_iter(match=keys.pattern())]
-        assert len(found) == 6
+        assert len(found) == 7
         for key in found:
             assert await raw.ttl(key) > 0, key
     finally:
