@@ -25,16 +25,17 @@ unknown to the gateway (as before classes existed), given (the worlds' classes a
 operator patterns, reads imagined: ``reads``) and given with reads not imagined (``no-reads``);
 ``--classes`` and ``--policies`` choose fewer.
 
-Per cell (means over seeds unless said): tasks succeeded; real tool errors; committed writes
-(and destructive calls) that failed for real; committed destructive calls not in the task's plan
-(a wrong cancellation or transfer); repeats of a call that had already failed for real with no
-call succeeding since; never-rehearsed commits; schema-invalid commits (``jsonschema``, as the tools
-enforce them) and, in brackets, those made while a schema-valid rehearsed candidate existed;
-turns committed by a repair; tasks worse / better than off (counted over task × seed pairs);
-engine calls per turn (``n/a`` where the gateway does not report them). Then, at fidelity 0.0,
-engine calls per turn in the first and last third of each run and the first turn at which the
-gateway reports low trust (a tool whose trust policy is ``ignore_vetoes`` or ``off``) — fields
-a gateway may not report, printed ``n/a``.
+Per cell (means over seeds unless said): tasks succeeded; real tool errors; committed writes (and
+destructive calls) that failed for real; committed destructive calls not in the task's plan (a
+wrong cancellation or transfer); repeats of a call that had already failed for real with no call
+succeeding since and, in brackets, those committed while another schema-valid candidate that was no
+such repeat existed; never-rehearsed commits; schema-invalid commits (``jsonschema``, as the tools
+enforce them) and, in brackets, those made while a schema-valid rehearsed candidate existed; turns
+committed by a repair; tasks worse / better than off (counted over task × seed pairs); engine calls
+per turn (``n/a`` where the gateway does not report them). Then, at fidelity 0.0, engine calls per
+turn in the first and last third of each run and the first turn at which the gateway reports low
+trust (a tool whose trust policy is ``ignore_vetoes`` or ``off``) — fields a gateway may not
+report, printed ``n/a``.
 
     python -m benchmarks.decisions [--seeds 3] [--seed-offset 0] [--json PATH] [--quick]
         [--policies anchored] [--classes unknown,no-reads] [--fidelities 1.0,0.0] [--skills 0.5]
@@ -214,11 +215,12 @@ async def run_config(
                     client.completions.clear()
                     retried = client.retries
                     ran = await play(agent, task, f"{config.key}-{seed}-{task.id}", episode)
-                    if ran is not None:
-                        episode.calls = CallFacts.judge(world, task, ran.calls)
                     for completion in client.completions:
                         facts = TurnFacts.read(checks[world.name], completion)
                         episode.turns.append(await _from_trace(client, facts, traced))
+                    if ran is not None:
+                        options = CallFacts.options_per_call(episode.turns)
+                        episode.calls = CallFacts.judge(world, task, ran.calls, options)
                     episode.retries = client.retries - retried
                     episodes.append(episode)
                     progress.done += 1
