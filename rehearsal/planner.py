@@ -79,10 +79,14 @@ from .commit import (
 from .context import RehearsalContext, WalkState
 from .decision import (
     Decision,
+    backed,
     confirmation,
     decided,
     degraded,
+    harmless,
+    held_back,
     outvoted_by_samples,
+    plurality,
     refusal,
     unrehearsed_by_trust,
     unseen,
@@ -208,7 +212,11 @@ class Planner:
             path = "read" if found == "read" else path
             why = f"anchor kept ({found})"
             return Decision(anchor.first_turn, why, path, 0, 0, unconditional=True)
-        better = replacement(trajectories, ctx.trust, instead_of=anchor.signature)
+        # A backed replacement first; a clean destructive one the samples did not back is still
+        # better than an anchor with evidence against it, when it is all there is.
+        better = replacement(
+            backed(ctx, trajectories), ctx.trust, instead_of=anchor.signature
+        ) or replacement(trajectories, ctx.trust, instead_of=anchor.signature)
         if better is not None:
             return decided(better, "replaced")
         if found in DETERMINISTIC:
@@ -223,9 +231,17 @@ class Planner:
     ) -> Decision:
         """A destructive anchor the samples did not back: the best clean alternative, if any."""
         anchor = trajectories[0]
-        better = replacement(trajectories, ctx.trust, instead_of=anchor.signature)
+        better = replacement(backed(ctx, trajectories), ctx.trust, instead_of=anchor.signature)
         if better is not None:
             return decided(better, "replaced", f"replaced: {outvoted}; {better.why}")
+        others = harmless(ctx, trajectories)
+        if others:
+            fallback = least_bad(others, ctx.trust)
+            return decided(fallback, "replaced", f"replaced: {outvoted}; {fallback.why}")
+        more = replacement(plurality(ctx, trajectories), ctx.trust, instead_of=anchor.signature)
+        if more is not None:
+            why = f"replaced: {outvoted}; sampled more often, {more.why}"
+            return decided(more, "replaced", why)
         why = f"anchor kept although {outvoted}: no rehearsed-clean alternative"
         return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0, against=outvoted)
 
@@ -265,9 +281,13 @@ class Planner:
         trajectories = [w.freeze() for w in ctx.walks]
         if not (ctx.budget.repair and ctx.budget.budget >= 2 and trajectories):
             return None
-        if any(evidence(t, trust) not in DETERMINISTIC for t in trajectories):
+        checked = [t for t in trajectories if evidence(t, trust) in DETERMINISTIC]
+        if not checked or not all(t in checked or held_back(ctx, t) for t in trajectories):
             return None
-        refused = least_bad(trajectories, trust).trajectory.steps[0]
+        refused = least_bad(checked, trust).trajectory.steps[0]
+        calls = len(refused.turn.tool_calls)
+        if ctx.budget.max_engine_calls(calls) - sum(ctx.calls.values()) < 1 + calls:
+            return None  # walks of destructive calls spent what the repair would take
         messages = [*ctx.request.messages, *refusal(refused)]
         try:
             with ctx.phase("commit"):
@@ -285,7 +305,8 @@ class Planner:
         if found in AGAINST:
             return None
         why = (
-            f"repaired: every candidate failed a deterministic check; the re-asked call is {found}"
+            "repaired: every candidate failed a deterministic check (or is a destructive call held "
+            f"back); the re-asked call is {found}"
         )
         return Decision(turn, why, "repaired", repaired.samples[0], repaired.index)
 
