@@ -55,6 +55,9 @@ def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int
         # of those, committed while another schema-valid candidate (no repeat) existed
         "repeats_avoidable": None if avoidable is None else avoidable / seeds,
         "repaired": sum(t.commit_path == "repaired" for t in turns) / seeds,
+        # ``confirm``: questions the user answered yes (the held call was the task's) and no
+        "confirmed": sum(e.confirmed for e in episodes) / seeds,
+        "declined": sum(e.declined for e in episodes) / seeds,
         "real_calls": sum(e.real_calls for e in episodes) / seeds,
         "never_rehearsed": None if never is None else never / seeds,
         "schema_invalid": sum(t.schema_invalid for t in turns) / seeds,
@@ -159,6 +162,13 @@ def report(
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in cells:
         print(_row(c))
+    asked = [c for c in cells if c["run"].endswith(" confirm")]
+    if asked:
+        print("\nconfirm: questions the user answered yes (held call in the task's plan) / no")
+        print("\n| fidelity | skill | run | yes | no | success |\n|---:|---:|---|---:|---:|---:|")
+        for c in asked:
+            print(f"| {c['fidelity']:.1f} | {c['skill']:.1f} | {c['run']} | {c['confirmed']:.1f} "
+                  f"| {c['declined']:.1f} | {c['success']:.1f}/{c['tasks']} |")  # fmt: skip
     trust = [trust_row(c, eps) for c, eps in results.items() if c.commit and c.twin.fidelity == 0]
     if trust:
         print("\nTrust at fidelity 0.0 (engine calls per rehearsed turn; first low-trust report)")

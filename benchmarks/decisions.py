@@ -22,8 +22,10 @@ Every rehearsed configuration is paired with rehearsal off on the same twin, tas
 Every world's tasks where a destructive call is tempting and wrong (``World.tempting_tasks``)
 run beside its first ``--tasks``. Each rehearsed configuration runs with the tool risk classes
 unknown to the gateway (as before classes existed), given (the worlds' classes as the tenant's
-operator patterns, reads imagined: ``reads``) and given with reads not imagined (``no-reads``);
-``--classes`` and ``--policies`` choose fewer.
+operator patterns, reads imagined: ``reads``), given with reads not imagined (``no-reads``) and
+given with ``confirm`` on (``confirm``): a destructive call held for confirmation is put to the
+agent's user (``plan_user``: yes when the held call is in the task's plan, else no), whose reply
+is the next message; ``--classes`` and ``--policies`` choose fewer.
 
 Per cell (means over seeds unless said): tasks succeeded; real tool errors; committed writes (and
 destructive calls) that failed for real; committed destructive calls not in the task's plan (a
@@ -60,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.decision_facts import (  # noqa: E402
+    YES,
     CallFacts,
     Config,
     Episode,
@@ -67,6 +70,7 @@ from benchmarks.decision_facts import (  # noqa: E402
     SchemaCheck,
     TurnFacts,
     Twin,
+    plan_user,
 )
 from benchmarks.decision_report import report  # noqa: E402
 from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
@@ -105,7 +109,7 @@ class Grid:
     max_turns: int = 6  # the demo's: enough for a plan of 2-3 steps, two slips and the answer
     policies: tuple[str, ...] = ("select", "reflect", "anchored")
     # Tool risk classes given to the gateway per configuration (``Config.classes``).
-    classes: tuple[str, ...] = ("unknown", "reads", "no-reads")
+    classes: tuple[str, ...] = ("unknown", "reads", "no-reads", "confirm")
     tempting: bool = True  # also each world's tasks where a destructive call is tempting
 
     def tasks_of(self, world: World) -> tuple[Any, ...]:
@@ -156,6 +160,8 @@ async def play(
         episode.failed = f"{type(exc).__name__}: {exc}"
         return None
     episode.success = ran.success
+    episode.confirmed = sum(reply == YES for _, reply in ran.confirmations)
+    episode.declined = len(ran.confirmations) - episode.confirmed
     episode.tool_errors = ran.tool_errors
     episode.real_calls = ran.real_calls
     return ran
@@ -209,6 +215,7 @@ async def run_config(
                 agent = ExampleAgent(
                     client, world, model=config.twin.model, rehearsal=config.rehearsal(),
                     latency=ToolLatency(0.0, 0.0), max_turns=grid.max_turns, seed=seed,
+                    confirmer=plan_user if config.classes == "confirm" else None,
                 )  # fmt: skip
                 for task in grid.tasks_of(world):
                     episode = Episode(seed, world.name, task.id)
@@ -268,7 +275,10 @@ def risk_overrides(configs: list[Config], worlds: list[World]) -> dict[str, Any]
     """``RGW_RISK_OVERRIDES`` giving each configuration's tenant its classes (none: unknown)."""
     patterns = {name: risk for world in worlds for name, risk in world.risk_classes().items()}
     return {
-        tenant_of(key_digest(c.key)): {"patterns": patterns, "imagine_reads": c.classes == "reads"}
+        tenant_of(key_digest(c.key)): {
+            "patterns": patterns,
+            "imagine_reads": c.classes != "no-reads",
+        }
         for c in configs
         if c.classes != "unknown"
     }
@@ -366,7 +376,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--policies", help="commit policies, instead of select,reflect,anchored")
     parser.add_argument(
-        "--classes", help="risk classes given to the gateway: unknown,reads,no-reads (default all)"
+        "--classes",
+        help="risk classes given to the gateway: unknown,reads,no-reads,confirm (default all)",
     )
     return parser
 

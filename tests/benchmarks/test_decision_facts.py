@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
-from benchmarks.decision_facts import CallFacts, SchemaCheck, TurnFacts, enforced
+from benchmarks.decision_facts import (
+    NO,
+    YES,
+    CallFacts,
+    SchemaCheck,
+    TurnFacts,
+    enforced,
+    plan_user,
+)
+from rehearsal_gateway.clients.agent import held_calls
 from rehearsal_gateway.twin.worlds import load_world
 
 RETAIL = SchemaCheck(load_world("retail"))
@@ -162,3 +171,22 @@ def test_options_follow_the_calls_each_turn_committed() -> None:
     none = TurnFacts(calls=0, schema_invalid=0, invalid_with_valid=None, never_rehearsed=None,
                      rehearsed=False)  # fmt: skip
     assert CallFacts.options_per_call([two, none]) == [frozenset({"a"}), frozenset({"a"})]
+
+
+def test_the_plan_user_confirms_only_what_the_task_asked_for() -> None:
+    """Yes when every held call is in the task's plan; a tempting cancellation gets a no."""
+    retail = load_world("retail")
+    task = next(t for t in retail.tempting_tasks)
+    assert plan_user(task, tuple(c.signature for c in task.plan)) == YES
+    assert plan_user(task, (task.tempting[0].signature,)) == NO
+    assert plan_user(task, (task.plan[0].signature, task.tempting[0].signature)) == NO
+
+
+def test_held_calls_are_read_from_the_summary_as_signatures() -> None:
+    """The agent reads ``held_for_confirmation`` into the signatures the user is asked about."""
+    held = [{"id": "c1", "name": "cancel_order",
+             "arguments": '{"reason": "no_longer_needed", "order_id": "W1001"}'}]  # fmt: skip
+    asked = completion(None, {"commit_path": "confirm", "held_for_confirmation": held})
+    assert held_calls(asked) == (_sig(CANCEL),)
+    assert held_calls(completion(None, {"commit_path": "anchor"})) == ()
+    assert held_calls(completion(None, None)) == ()
