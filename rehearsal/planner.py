@@ -25,6 +25,11 @@ imagination trust switched ``off`` is not imagined either. How the commit is cho
   ``early_exit`` off the alternatives are sampled and walked anyway, for measurements). An anchor
   kept because it had no evidence against it says ``commit_unconditional``: committed whatever
   its imagination said, its real result is an unselected sample for trust (``rehearsal.trust``).
+  A destructive action (``rehearsal.risk``) is held to more, since a wrong cancellation is
+  imagined succeeding as a right one is: it is kept as the anchor, or chosen as a replacement
+  while another clean candidate exists, only when more than half of the samples chose it;
+  outvoted, it gives way to a clean alternative, else to a candidate that is not destructive and
+  that no check refused, else to a clean one sampled more often (``_outvoted_choice``).
 - **select**: ``commit.select`` over the walks; when every candidate has evidence against it,
   one verified ``reflect`` call.
 - **reflect**: one more acting call (role ``commit``, low temperature) with the memory note as the
@@ -40,12 +45,14 @@ engine-call bound has room for it and the tool's trust is still being earned (``
 an unselected sample (``ee``, or ``oe``: a miss). The probe never changes the decision.
 
 **Repair** (knob ``repair``, on by default, budget >= 2): when every candidate failed a
-deterministic check, one acting call (role ``commit``) sees the least bad refused call and the
-check's message as its tool result — the way agent frameworks re-ask on a validation error —
-and its answer is checked, walked one step deep, and committed (path ``repaired``) unless it has
-evidence against it; else the commit rules above run as without repair. It runs under the
-deadline, and its ``1 + c`` engine calls fit ``Budget.max_engine_calls``: the refused candidates
-spent no imagination, which leaves at least ``K * c >= 1 + c`` calls unspent.
+deterministic check — or the others are destructive calls held back (imagined failing, or not
+backed by a majority of the samples: ``decision.held_back``) — one acting call (role ``commit``)
+sees the least bad refused call and the check's message as its tool result — the way agent
+frameworks re-ask on a validation error — and its answer is checked, walked one step deep, and
+committed (path ``repaired``) unless it has evidence against it; else the commit rules above run
+as without repair. It runs under the deadline, and only when its ``1 + c`` engine calls fit
+``Budget.max_engine_calls``: when every candidate was refused, they spent no imagination, which
+leaves at least ``K * c >= 1 + c`` calls unspent.
 
 Parallel select/reflect keep their early exits (a final-answer majority; unanimous candidates
 with ``early_exit``), sequential select/reflect stop when an attempt is clean and repeats the
