@@ -23,6 +23,11 @@ def _count(flags: list[bool | None]) -> int | None:
     return None if None in flags else sum(bool(f) for f in flags)
 
 
+def _count_ints(values: list[int | None]) -> int | None:
+    """The sum, or None when any value is unknown."""
+    return None if None in values else sum(v for v in values if v is not None)
+
+
 def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int) -> dict[str, Any]:
     """One configuration's figures (means over seeds) and its pairing against off."""
     turns = [t for e in episodes for t in e.turns]
@@ -30,6 +35,8 @@ def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int
     never = _count([t.never_rehearsed for t in rehearsed]) if config.commit else None
     with_valid = _count([t.invalid_with_valid for t in rehearsed]) if config.commit else None
     calls = [t.engine_calls for t in rehearsed]
+    avoidable = _count_ints([e.calls.repeats_avoidable for e in episodes])
+    avoidable = avoidable if config.commit else None
     by_pair = {(e.seed, e.world, e.task): e.success for e in off}
     worse = sum(by_pair.get((e.seed, e.world, e.task), False) and not e.success for e in episodes)
     better = sum(e.success and not by_pair.get((e.seed, e.world, e.task), True) for e in episodes)
@@ -45,7 +52,12 @@ def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int
         "writes_failed": sum(e.calls.writes_failed for e in episodes) / seeds,
         "wrong_destructive": sum(e.calls.wrong_destructive for e in episodes) / seeds,
         "repeats": sum(e.calls.repeats for e in episodes) / seeds,
+        # of those, committed while another schema-valid candidate (no repeat) existed
+        "repeats_avoidable": None if avoidable is None else avoidable / seeds,
         "repaired": sum(t.commit_path == "repaired" for t in turns) / seeds,
+        # ``confirm``: questions the user answered yes (the held call was the task's) and no
+        "confirmed": sum(e.confirmed for e in episodes) / seeds,
+        "declined": sum(e.declined for e in episodes) / seeds,
         "real_calls": sum(e.real_calls for e in episodes) / seeds,
         "never_rehearsed": None if never is None else never / seeds,
         "schema_invalid": sum(t.schema_invalid for t in turns) / seeds,
@@ -77,13 +89,16 @@ def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int
 
 def _row(c: dict[str, Any]) -> str:
     invalid = f"{c['schema_invalid']:.1f}"
+    repeats = f"{c['repeats']:.1f}"
+    if c["run"] != "off":
+        repeats += f" ({_na(c['repeats_avoidable'])})"
     if c["run"] != "off":
         invalid += f" ({_na(c['schema_invalid_with_valid_rehearsed'])})"
     paired = "—" if c["worse"] is None else f"{c['worse']} / {c['better']}"
     return (
         f"| {c['fidelity']:.1f} | {c['skill']:.1f} | {c['run']} | "
         f"{c['success']:.1f}/{c['tasks']} | {c['tool_errors']:.1f} | "
-        f"{c['writes_failed']:.1f} | {c['wrong_destructive']:.1f} | {c['repeats']:.1f} | "
+        f"{c['writes_failed']:.1f} | {c['wrong_destructive']:.1f} | {repeats} | "
         f"{'—' if c['run'] == 'off' else _na(c['never_rehearsed'])} | {invalid} | "
         f"{'—' if c['run'] == 'off' else _na(c['repaired'])} | {paired} | "
         f"{'—' if c['run'] == 'off' else _na(c['engine_calls_per_turn'], 2)} |"
@@ -140,12 +155,20 @@ def report(
     cells = [cell(c, eps, offs[c.twin], grid_seeds) for c, eps in results.items()]
     print(
         "\n| fidelity | skill | run | success | tool errors | writes failed | wrong destructive "
-        "| repeats | never rehearsed | schema-invalid (valid rehearsed existed) | repaired "
+        "| repeats (another candidate existed) | never rehearsed "
+        "| schema-invalid (valid rehearsed existed) | repaired "
         "| worse / better | engine calls/turn |"
     )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in cells:
         print(_row(c))
+    asked = [c for c in cells if c["run"].endswith(" confirm")]
+    if asked:
+        print("\nconfirm: questions the user answered yes (held call in the task's plan) / no")
+        print("\n| fidelity | skill | run | yes | no | success |\n|---:|---:|---|---:|---:|---:|")
+        for c in asked:
+            print(f"| {c['fidelity']:.1f} | {c['skill']:.1f} | {c['run']} | {c['confirmed']:.1f} "
+                  f"| {c['declined']:.1f} | {c['success']:.1f}/{c['tasks']} |")  # fmt: skip
     trust = [trust_row(c, eps) for c, eps in results.items() if c.commit and c.twin.fidelity == 0]
     if trust:
         print("\nTrust at fidelity 0.0 (engine calls per rehearsed turn; first low-trust report)")

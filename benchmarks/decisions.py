@@ -22,19 +22,22 @@ Every rehearsed configuration is paired with rehearsal off on the same twin, tas
 Every world's tasks where a destructive call is tempting and wrong (``World.tempting_tasks``)
 run beside its first ``--tasks``. Each rehearsed configuration runs with the tool risk classes
 unknown to the gateway (as before classes existed), given (the worlds' classes as the tenant's
-operator patterns, reads imagined: ``reads``) and given with reads not imagined (``no-reads``);
-``--classes`` and ``--policies`` choose fewer.
+operator patterns, reads imagined: ``reads``), given with reads not imagined (``no-reads``) and
+given with ``confirm`` on (``confirm``): a destructive call held for confirmation is put to the
+agent's user (``plan_user``: yes when the held call is in the task's plan, else no), whose reply
+is the next message; ``--classes`` and ``--policies`` choose fewer.
 
-Per cell (means over seeds unless said): tasks succeeded; real tool errors; committed writes
-(and destructive calls) that failed for real; committed destructive calls not in the task's plan
-(a wrong cancellation or transfer); repeats of a call that had already failed for real with no
-call succeeding since; never-rehearsed commits; schema-invalid commits (``jsonschema``, as the tools
-enforce them) and, in brackets, those made while a schema-valid rehearsed candidate existed;
-turns committed by a repair; tasks worse / better than off (counted over task × seed pairs);
-engine calls per turn (``n/a`` where the gateway does not report them). Then, at fidelity 0.0,
-engine calls per turn in the first and last third of each run and the first turn at which the
-gateway reports low trust (a tool whose trust policy is ``ignore_vetoes`` or ``off``) — fields
-a gateway may not report, printed ``n/a``.
+Per cell (means over seeds unless said): tasks succeeded; real tool errors; committed writes (and
+destructive calls) that failed for real; committed destructive calls not in the task's plan (a
+wrong cancellation or transfer); repeats of a call that had already failed for real with no call
+succeeding since and, in brackets, those committed while another schema-valid candidate that was no
+such repeat existed; never-rehearsed commits; schema-invalid commits (``jsonschema``, as the tools
+enforce them) and, in brackets, those made while a schema-valid rehearsed candidate existed; turns
+committed by a repair; tasks worse / better than off (counted over task × seed pairs); engine calls
+per turn (``n/a`` where the gateway does not report them). Then, at fidelity 0.0, engine calls per
+turn in the first and last third of each run and the first turn at which the gateway reports low
+trust (a tool whose trust policy is ``ignore_vetoes`` or ``off``) — fields a gateway may not
+report, printed ``n/a``.
 
     python -m benchmarks.decisions [--seeds 3] [--seed-offset 0] [--json PATH] [--quick]
         [--policies anchored] [--classes unknown,no-reads] [--fidelities 1.0,0.0] [--skills 0.5]
@@ -59,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.decision_facts import (  # noqa: E402
+    YES,
     CallFacts,
     Config,
     Episode,
@@ -66,6 +70,7 @@ from benchmarks.decision_facts import (  # noqa: E402
     SchemaCheck,
     TurnFacts,
     Twin,
+    plan_user,
 )
 from benchmarks.decision_report import report  # noqa: E402
 from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
@@ -104,7 +109,7 @@ class Grid:
     max_turns: int = 6  # the demo's: enough for a plan of 2-3 steps, two slips and the answer
     policies: tuple[str, ...] = ("select", "reflect", "anchored")
     # Tool risk classes given to the gateway per configuration (``Config.classes``).
-    classes: tuple[str, ...] = ("unknown", "reads", "no-reads")
+    classes: tuple[str, ...] = ("unknown", "reads", "no-reads", "confirm")
     tempting: bool = True  # also each world's tasks where a destructive call is tempting
     modes: tuple[str, ...] = ("parallel", "sequential")
     # Trajectories per rehearsed turn ("auto": learned per tool) and imagined steps per trajectory.
@@ -176,6 +181,8 @@ async def play(
         episode.failed = f"{type(exc).__name__}: {exc}"
         return None
     episode.success = ran.success
+    episode.confirmed = sum(reply == YES for _, reply in ran.confirmations)
+    episode.declined = len(ran.confirmations) - episode.confirmed
     episode.tool_errors = ran.tool_errors
     episode.real_calls = ran.real_calls
     return ran
@@ -229,17 +236,19 @@ async def run_config(
                 agent = ExampleAgent(
                     client, world, model=config.twin.model, rehearsal=config.rehearsal(),
                     latency=ToolLatency(0.0, 0.0), max_turns=grid.max_turns, seed=seed,
+                    confirmer=plan_user if config.classes == "confirm" else None,
                 )  # fmt: skip
                 for task in grid.tasks_of(world):
                     episode = Episode(seed, world.name, task.id)
                     client.completions.clear()
                     retried = client.retries
                     ran = await play(agent, task, f"{config.key}-{seed}-{task.id}", episode)
-                    if ran is not None:
-                        episode.calls = CallFacts.judge(world, task, ran.calls)
                     for completion in client.completions:
                         facts = TurnFacts.read(checks[world.name], completion)
                         episode.turns.append(await _from_trace(client, facts, traced))
+                    if ran is not None:
+                        options = CallFacts.options_per_call(episode.turns)
+                        episode.calls = CallFacts.judge(world, task, ran.calls, options)
                     episode.retries = client.retries - retried
                     episodes.append(episode)
                     progress.done += 1
@@ -287,7 +296,10 @@ def risk_overrides(configs: list[Config], worlds: list[World]) -> dict[str, Any]
     """``RGW_RISK_OVERRIDES`` giving each configuration's tenant its classes (none: unknown)."""
     patterns = {name: risk for world in worlds for name, risk in world.risk_classes().items()}
     return {
-        tenant_of(key_digest(c.key)): {"patterns": patterns, "imagine_reads": c.classes == "reads"}
+        tenant_of(key_digest(c.key)): {
+            "patterns": patterns,
+            "imagine_reads": c.classes != "no-reads",
+        }
         for c in configs
         if c.classes != "unknown"
     }
@@ -394,7 +406,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--policies", help="commit policies, instead of select,reflect,anchored")
     parser.add_argument(
-        "--classes", help="risk classes given to the gateway: unknown,reads,no-reads (default all)"
+        "--classes",
+        help="risk classes given to the gateway: unknown,reads,no-reads,confirm (default all)",
     )
     parser.add_argument("--modes", help="rehearsal modes, instead of parallel,sequential")
     parser.add_argument("--budgets", help="comma-separated K (integers or auto), instead of 4")

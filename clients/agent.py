@@ -4,7 +4,9 @@ It is the pattern to copy. Each turn the agent sends the conversation and the wo
 the gateway (with rehearsal knobs when asked), receives **one committed turn**, executes its tool
 calls for real on the world, and sends the real results back as ``tool`` messages — which is how
 the gateway learns its imagination's fidelity and the real call's latency. The episode ends on a
-text answer or after ``max_turns``; the world's goal check says whether the task succeeded.
+text answer or after ``max_turns``; the world's goal check says whether the task succeeded. A text
+answer that holds a call for the user's confirmation (``confirm``) is put to the user when the
+agent has a ``confirmer``; the user's reply is the next message, and the episode goes on.
 
 Real tools take time; the worlds run in microseconds, so the agent waits ``tool_latency_s`` per
 call (reads and writes differ) to stand in for a real backend. That wait is part of the
@@ -24,6 +26,7 @@ import json
 import time
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +65,8 @@ class Episode:
     rehearsal_ids: list[str] = field(default_factory=list)
     vetoes: int = 0
     degraded: Counter[str] = field(default_factory=Counter)
+    # Calls the gateway held for the user's confirmation (``confirm``), and the user's answers.
+    confirmations: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
     # Every call run for real, in order: (tool, canonical "name arguments" signature, failed).
     calls: list[tuple[str, str, bool]] = field(default_factory=list)
 
@@ -124,6 +129,30 @@ def _record(episode: Episode, completion: Any) -> None:
             episode.fidelities.append(float(item["fidelity"]))
 
 
+# The user behind the agent, asked to confirm calls the gateway held back (``confirm``): given the
+# task and the held calls' signatures, the user's reply, or None to leave the question unanswered.
+Confirmer = Callable[[Task, tuple[str, ...]], str | None]
+
+
+def held_calls(completion: Any) -> tuple[str, ...]:
+    """The signatures of the calls a response held for the user's confirmation (none: ``()``)."""
+    rehearsed = summary(completion)
+    held = rehearsed.held_for_confirmation if rehearsed is not None else None
+    return tuple(
+        f"{c.get('name')} {_canonical(c.get('arguments'))}"
+        for c in held or ()
+        if isinstance(c, dict)
+    )
+
+
+def _canonical(arguments: Any) -> str:
+    try:
+        value = json.loads(arguments or "{}") if isinstance(arguments, str) else arguments
+    except ValueError:
+        return str(arguments)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 class ExampleAgent:
     """Runs world tasks through the gateway, executing every committed tool call for real."""
 
@@ -138,6 +167,7 @@ class ExampleAgent:
         max_turns: int = 12,
         seed: int = 0,
         max_tokens: int | None = None,
+        confirmer: Confirmer | None = None,
     ) -> None:
         self.client = client
         self.world = world
@@ -147,6 +177,8 @@ class ExampleAgent:
         self.max_turns = max_turns
         self.seed = seed
         self.max_tokens = max_tokens  # per turn; a small model may otherwise run to its context
+        # A question in place of a held call goes to the user; without one it ends the episode.
+        self.confirmer = confirmer
 
     async def run(self, task: Task, session_id: str) -> Episode:
         """Work on ``task`` until the model answers in text or the turns run out."""
@@ -177,7 +209,13 @@ class ExampleAgent:
             message = completion.choices[0].message
             messages.append(assistant_message(message))
             if not message.tool_calls:
-                break
+                held = held_calls(completion)
+                reply = self.confirmer(task, held) if held and self.confirmer else None
+                if reply is None:
+                    break
+                episode.confirmations.append((held, reply))
+                messages.append({"role": "user", "content": reply})
+                continue
             for call in message.tool_calls:
                 messages.append(await self._execute(episode, state, call))
         episode.total_ms = (time.perf_counter() - started) * 1000

@@ -17,7 +17,9 @@ Every trajectory's first action gets one piece of **evidence** (``evidence``):
 
 Only ``invalid``, ``repeated_failure`` and ``vetoed`` count against an action
 (``DETERMINISTIC`` names the first two: decided without imagination). The guarantees follow:
-an action with any of them is never committed while a candidate without them exists, a
+an action with any of them is never committed while a candidate without them exists (one
+exception, the planner's: a destructive anchor the samples outvoted gives way to a candidate that
+is not destructive even when imagination doubts that one, ``decision.harmless``), a
 schema-invalid action never while a valid one exists, and a repeated real failure never while
 a schema-valid candidate that is no repeat exists.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from .commit import AGAINST, Selection, evidence
+from .commit import AGAINST, DETERMINISTIC, Selection, evidence
 from .confirm import asked_before, question
 from .context import RehearsalContext
 from .memory import MemoryEntry
@@ -68,14 +68,53 @@ def unrehearsed_by_trust(ctx: RehearsalContext, decision: Decision) -> Decision:
 
 
 def outvoted_by_samples(ctx: RehearsalContext, anchor: AssistantTurn) -> str | None:
-    """Why a destructive anchor lacks the samples' backing, or None when it has it (or needs
-    none): it is committed only when more than half of the sampled candidates are its action."""
+    """Why a destructive call lacks the samples' backing, or None when it has it (or needs
+    none): it is committed only when more than half of the sampled candidates are its action.
+
+    Imagination alone cannot back it: a wrong cancellation is imagined succeeding as a right one
+    is, so "rehearsed clean" says nothing about whether the call is the task's.
+    """
     if ctx.risk_of(anchor) != "destructive" or ctx.budget.budget < 2:
         return None
     votes = sum(turn.signature == anchor.signature for turn in ctx.candidates)
     if 2 * votes > len(ctx.candidates):
         return None
     return f"only {votes} of {len(ctx.candidates)} samples chose this destructive call"
+
+
+def backed(ctx: RehearsalContext, trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The trajectories a replacement may come from: a destructive action the samples did not
+    back (``outvoted_by_samples``) is never the replacement of another candidate."""
+    return [t for t in trajectories if outvoted_by_samples(ctx, t.first_turn) is None]
+
+
+def harmless(ctx: RehearsalContext, trajectories: list[Trajectory]) -> list[Trajectory]:
+    """Instead of an outvoted destructive anchor with no clean alternative: the other
+    candidates that change nothing hard to undo and that no deterministic check refused (a
+    read imagined failing costs one failed read; a wrong cancellation cannot be taken back)."""
+    return [
+        t
+        for t in trajectories[1:]
+        if ctx.risk_of(t.first_turn) != "destructive"
+        and evidence(t, ctx.trust) not in DETERMINISTIC
+    ]
+
+
+def held_back(ctx: RehearsalContext, trajectory: Trajectory) -> bool:
+    """A destructive action the rules would rather not commit: imagined failing (and acted on),
+    or not backed by the samples. A repair is worth its call when every other candidate failed
+    a deterministic check."""
+    if ctx.risk_of(trajectory.first_turn) != "destructive":
+        return False
+    if evidence(trajectory, ctx.trust) == "vetoed":
+        return True
+    return outvoted_by_samples(ctx, trajectory.first_turn) is not None
+
+
+def plurality(ctx: RehearsalContext, trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The alternatives sampled more often than the anchor (the first trajectory)."""
+    votes = [sum(c.signature == t.signature for c in ctx.candidates) for t in trajectories]
+    return [t for t, v in zip(trajectories[1:], votes[1:], strict=True) if v > votes[0]]
 
 
 def against(ctx: RehearsalContext, decision: Decision) -> str | None:

@@ -14,8 +14,9 @@ standing, whatever its risk class (docs/decisions/0020-tool-risk-classes.md meas
 alternative, reads leaving failures standing, and it vetoed right calls). So does a new user message
 (the user may have fixed something, or asked to try again). Within one assistant turn, a
 failure counts only when no call of that turn succeeded (their order is unknown). A call whose
-result has not arrived is another call committed. Repeating a failed call does not end its own
-standing (a failed call is taken to have changed nothing).
+result has not arrived is another call committed. A call that failed for real — a repeat or any
+other — ends no failure's standing: a failed call is taken to have changed nothing (a lookup
+with a wrong id looked nothing up).
 """
 
 from __future__ import annotations
@@ -98,5 +99,4 @@ def _settle(
         if not real_error(parse_observation(text)):
             return {}  # it succeeded: the world may have changed
         failed[signature] = text
-    repeats_only = all(signature in standing for _, signature in turn)
-    return {**(standing if repeats_only else {}), **failed}
+    return {**standing, **failed}  # every call failed: nothing changed, the old failures stand

@@ -25,6 +25,11 @@ imagination trust switched ``off`` is not imagined either. How the commit is cho
   ``early_exit`` off the alternatives are sampled and walked anyway, for measurements). An anchor
   kept because it had no evidence against it says ``commit_unconditional``: committed whatever
   its imagination said, its real result is an unselected sample for trust (``rehearsal.trust``).
+  A destructive action (``rehearsal.risk``) is held to more, since a wrong cancellation is
+  imagined succeeding as a right one is: it is kept as the anchor, or chosen as a replacement
+  while another clean candidate exists, only when more than half of the samples chose it;
+  outvoted, it gives way to a clean alternative, else to a candidate that is not destructive and
+  that no check refused, else to a clean one sampled more often (``_outvoted_choice``).
 - **select**: ``commit.select`` over the walks; when every candidate has evidence against it,
   one verified ``reflect`` call.
 - **reflect**: one more acting call (role ``commit``, low temperature) with the memory note as the
@@ -40,12 +45,14 @@ engine-call bound has room for it and the tool's trust is still being earned (``
 an unselected sample (``ee``, or ``oe``: a miss). The probe never changes the decision.
 
 **Repair** (knob ``repair``, on by default, budget >= 2): when every candidate failed a
-deterministic check, one acting call (role ``commit``) sees the least bad refused call and the
-check's message as its tool result — the way agent frameworks re-ask on a validation error —
-and its answer is checked, walked one step deep, and committed (path ``repaired``) unless it has
-evidence against it; else the commit rules above run as without repair. It runs under the
-deadline, and its ``1 + c`` engine calls fit ``Budget.max_engine_calls``: the refused candidates
-spent no imagination, which leaves at least ``K * c >= 1 + c`` calls unspent.
+deterministic check — or the others are destructive calls held back (imagined failing, or not
+backed by a majority of the samples: ``decision.held_back``) — one acting call (role ``commit``)
+sees the least bad refused call and the check's message as its tool result — the way agent
+frameworks re-ask on a validation error — and its answer is checked, walked one step deep, and
+committed (path ``repaired``) unless it has evidence against it; else the commit rules above run
+as without repair. It runs under the deadline, and only when its ``1 + c`` engine calls fit
+``Budget.max_engine_calls``: when every candidate was refused, they spent no imagination, which
+leaves at least ``K * c >= 1 + c`` calls unspent.
 
 Parallel select/reflect keep their early exits (a final-answer majority; unanimous candidates
 with ``early_exit``), sequential select/reflect stop when an attempt is clean and repeats the
@@ -79,10 +86,14 @@ from .commit import (
 from .context import RehearsalContext, WalkState
 from .decision import (
     Decision,
+    backed,
     confirmation,
     decided,
     degraded,
+    harmless,
+    held_back,
     outvoted_by_samples,
+    plurality,
     refusal,
     unrehearsed_by_trust,
     unseen,
@@ -208,7 +219,11 @@ class Planner:
             path = "read" if found == "read" else path
             why = f"anchor kept ({found})"
             return Decision(anchor.first_turn, why, path, 0, 0, unconditional=True)
-        better = replacement(trajectories, ctx.trust, instead_of=anchor.signature)
+        # A backed replacement first; a clean destructive one the samples did not back is still
+        # better than an anchor with evidence against it, when it is all there is.
+        better = replacement(
+            backed(ctx, trajectories), ctx.trust, instead_of=anchor.signature
+        ) or replacement(trajectories, ctx.trust, instead_of=anchor.signature)
         if better is not None:
             return decided(better, "replaced")
         if found in DETERMINISTIC:
@@ -223,9 +238,17 @@ class Planner:
     ) -> Decision:
         """A destructive anchor the samples did not back: the best clean alternative, if any."""
         anchor = trajectories[0]
-        better = replacement(trajectories, ctx.trust, instead_of=anchor.signature)
+        better = replacement(backed(ctx, trajectories), ctx.trust, instead_of=anchor.signature)
         if better is not None:
             return decided(better, "replaced", f"replaced: {outvoted}; {better.why}")
+        others = harmless(ctx, trajectories)
+        if others:
+            fallback = least_bad(others, ctx.trust)
+            return decided(fallback, "replaced", f"replaced: {outvoted}; {fallback.why}")
+        more = replacement(plurality(ctx, trajectories), ctx.trust, instead_of=anchor.signature)
+        if more is not None:
+            why = f"replaced: {outvoted}; sampled more often, {more.why}"
+            return decided(more, "replaced", why)
         why = f"anchor kept although {outvoted}: no rehearsed-clean alternative"
         return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0, against=outvoted)
 
@@ -265,9 +288,13 @@ class Planner:
         trajectories = [w.freeze() for w in ctx.walks]
         if not (ctx.budget.repair and ctx.budget.budget >= 2 and trajectories):
             return None
-        if any(evidence(t, trust) not in DETERMINISTIC for t in trajectories):
+        checked = [t for t in trajectories if evidence(t, trust) in DETERMINISTIC]
+        if not checked or not all(t in checked or held_back(ctx, t) for t in trajectories):
             return None
-        refused = least_bad(trajectories, trust).trajectory.steps[0]
+        refused = least_bad(checked, trust).trajectory.steps[0]
+        calls = len(refused.turn.tool_calls)
+        if ctx.budget.max_engine_calls(calls) - sum(ctx.calls.values()) < 1 + calls:
+            return None  # walks of destructive calls spent what the repair would take
         messages = [*ctx.request.messages, *refusal(refused)]
         try:
             with ctx.phase("commit"):
@@ -285,7 +312,8 @@ class Planner:
         if found in AGAINST:
             return None
         why = (
-            f"repaired: every candidate failed a deterministic check; the re-asked call is {found}"
+            "repaired: every candidate failed a deterministic check (or is a destructive call held "
+            f"back); the re-asked call is {found}"
         )
         return Decision(turn, why, "repaired", repaired.samples[0], repaired.index)
 

@@ -8,7 +8,8 @@ service as chat completions — the same planner, summary, trace, pending observ
 feedback (``function_call_output`` items are tool results) — and the committed turn is written
 as a ``response`` object or its event stream (``server/rehearse/responses_writer.py``).
 Everything else (no tools, other tool types, rehearsal off) is relayed to an engine, which
-serves ``/v1/responses`` itself, with only our ``rehearsal`` field removed.
+serves ``/v1/responses`` itself, with only our ``rehearsal`` field and the tools' MCP
+``annotations`` (the gateway's to read, ``rehearsal/risk.py``) removed.
 
 ``previous_response_id`` names a response kept by whoever answered it; a rehearsed answer is
 the gateway's and is not kept as a response, so a rehearsed request that sends one is refused
@@ -25,6 +26,7 @@ from typing import Any
 import orjson
 
 from rehearsal_gateway.rehearsal.budget import Budget
+from rehearsal_gateway.rehearsal.risk import has_annotations, strip_annotations
 
 from ..chat_call import PASSTHROUGH, ChatCall, JsonAnswer
 from ..engines.calls import StreamAnswer
@@ -105,8 +107,13 @@ class ResponsesService:
         affinity = relay_affinity(session_id, body)
         if self._budget(request, body, headers) is None:
             payload = raw
-            if model != request.model or "rehearsal" in body:
+            # As for chat: tools' MCP annotations are the gateway's, never an engine's (vLLM's
+            # Responses request refuses fields it does not know).
+            annotated = b'"annotations"' in raw and has_annotations(body.get("tools"))
+            if model != request.model or "rehearsal" in body or annotated:
                 engine_body = {k: v for k, v in body.items() if k != "rehearsal"}
+                if annotated:
+                    engine_body["tools"] = list(strip_annotations(body["tools"]))
                 payload = orjson.dumps({**engine_body, "model": model})
             return ResponsesCall(request, body, payload, model, affinity)
         if request.previous_response_id is not None:

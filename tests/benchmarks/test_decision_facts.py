@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
-from benchmarks.decision_facts import SchemaCheck, TurnFacts, enforced
+from benchmarks.decision_facts import (
+    NO,
+    YES,
+    CallFacts,
+    SchemaCheck,
+    TurnFacts,
+    enforced,
+    plan_user,
+)
+from rehearsal_gateway.clients.agent import held_calls
 from rehearsal_gateway.twin.worlds import load_world
 
 RETAIL = SchemaCheck(load_world("retail"))
@@ -124,3 +133,60 @@ def test_invalid_commit_with_a_valid_rehearsed_candidate() -> None:
     assert (facts.schema_invalid, facts.invalid_with_valid) == (1, False)
     facts = TurnFacts.read(RETAIL, completion(CANCEL, {"trace": both}))
     assert (facts.schema_invalid, facts.invalid_with_valid) == (0, False)
+
+
+def _sig(call: tuple[str, dict[str, Any]]) -> str:
+    return f"{call[0]} {json.dumps(call[1], sort_keys=True, separators=(',', ':'))}"
+
+
+def test_a_repeat_counts_apart_when_another_candidate_existed() -> None:
+    """A repeat of a standing real failure, judged against what its turn's trace offered."""
+    retail = load_world("retail")
+    task = retail.tasks[0]
+    answer = {"content": "done", "tool_calls": []}
+    trace = [
+        _trajectory(CANCEL, "veto:REAL_FAILURE_REPEATED"),
+        _trajectory(CANCEL_BAD),
+        {"signature": "a", "outcome": "answer", "steps": [{"turn": answer}]},
+    ]
+    offered = TurnFacts.read(RETAIL, completion(CANCEL, {"trace": trace})).options
+    assert offered == frozenset({_sig(CANCEL), "ANSWER"})  # the invalid one is no option
+    alone = TurnFacts.read(RETAIL, completion(CANCEL, {"trace": trace[:2]})).options
+    assert TurnFacts.read(RETAIL, completion(CANCEL, None)).options is None
+    calls = [("cancel_order", _sig(CANCEL), True), ("cancel_order", _sig(CANCEL), True)]
+    judged = CallFacts.judge(retail, task, calls, [None, offered])
+    assert (judged.repeats, judged.repeats_avoidable) == (1, 1)
+    judged = CallFacts.judge(retail, task, calls, [None, alone])
+    assert (judged.repeats, judged.repeats_avoidable) == (1, 0)
+    judged = CallFacts.judge(retail, task, calls, [offered, None])
+    assert (judged.repeats, judged.repeats_avoidable) == (1, None)  # no trace: unknown
+    assert CallFacts.judge(retail, task, calls).repeats_avoidable is None
+    assert CallFacts.judge(retail, task, calls[:1]).repeats_avoidable == 0
+
+
+def test_options_follow_the_calls_each_turn_committed() -> None:
+    """Each call of a turn gets its turn's options; an answer turn runs no call."""
+    two = TurnFacts(calls=2, schema_invalid=0, invalid_with_valid=None, never_rehearsed=None,
+                    rehearsed=True, options=frozenset({"a"}))  # fmt: skip
+    none = TurnFacts(calls=0, schema_invalid=0, invalid_with_valid=None, never_rehearsed=None,
+                     rehearsed=False)  # fmt: skip
+    assert CallFacts.options_per_call([two, none]) == [frozenset({"a"}), frozenset({"a"})]
+
+
+def test_the_plan_user_confirms_only_what_the_task_asked_for() -> None:
+    """Yes when every held call is in the task's plan; a tempting cancellation gets a no."""
+    retail = load_world("retail")
+    task = next(t for t in retail.tempting_tasks)
+    assert plan_user(task, tuple(c.signature for c in task.plan)) == YES
+    assert plan_user(task, (task.tempting[0].signature,)) == NO
+    assert plan_user(task, (task.plan[0].signature, task.tempting[0].signature)) == NO
+
+
+def test_held_calls_are_read_from_the_summary_as_signatures() -> None:
+    """The agent reads ``held_for_confirmation`` into the signatures the user is asked about."""
+    held = [{"id": "c1", "name": "cancel_order",
+             "arguments": '{"reason": "no_longer_needed", "order_id": "W1001"}'}]  # fmt: skip
+    asked = completion(None, {"commit_path": "confirm", "held_for_confirmation": held})
+    assert held_calls(asked) == (_sig(CANCEL),)
+    assert held_calls(completion(None, {"commit_path": "anchor"})) == ()
+    assert held_calls(completion(None, None)) == ()

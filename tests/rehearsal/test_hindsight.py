@@ -90,7 +90,8 @@ async def run(engine: ScriptedGenerator, messages: tuple[dict[str, Any], ...], *
         pytest.param(
             (*CANCEL_FAILED, call("get_reservation_details", '{"reservation_id": "R1"}', "c2"),
              tool_result("c2", '{"error": "not found"}')),
-            {'get_reservation_details {"reservation_id":"R1"}'}, id="another-failure-since",
+            {'get_reservation_details {"reservation_id":"R1"}', CANCEL_SIG},
+            id="another-failure-since",  # a failed call changed nothing: both stand
         ),
         pytest.param((*CANCEL_FAILED, USER), set(), id="a-user-message-since"),
         pytest.param(
@@ -124,7 +125,8 @@ async def run(engine: ScriptedGenerator, messages: tuple[dict[str, Any], ...], *
     ],
 )  # fmt: skip
 def test_which_real_failures_stand(messages: tuple[Any, ...], standing: set[str]) -> None:
-    """A failure stands until another call, a success or a user message may have changed things."""
+    """A failure stands until a call that went through, or a user message, may have changed
+    things; a call that failed changed nothing."""
     assert set(real_failures(messages)) == standing
 
 

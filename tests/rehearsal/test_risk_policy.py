@@ -171,6 +171,66 @@ async def test_an_outvoted_destructive_anchor_with_no_alternative(confirm: bool)
     assert HELD_PREFIX + WRONG.signature in (result.turn.content or "").splitlines()
 
 
+OTHER = tool_turn("cancel_order", {"order_id": "#W1005", "reason": "no longer needed"})
+
+
+async def test_an_outvoted_destructive_anchor_gives_way_to_a_read_imagined_failing() -> None:
+    """No clean alternative, but a read: a failed read costs less than a wrong cancellation."""
+    engine = ScriptedGenerator().enqueue(acting(WRONG), acting(GET, GET, GET), role="act")
+    engine.enqueue(imagined(CANCELLED), match=is_wrong)
+    engine.enqueue(imagined({"error": "order #W1001 not found"}), match=about("get_order"))
+    result = await run(engine)
+    assert (result.turn, result.commit_path) == (GET, "replaced")
+    assert "only 1 of 4 samples chose this destructive call" in result.why
+    assert "least bad" in result.why
+
+
+async def test_an_outvoted_destructive_anchor_gives_way_to_one_sampled_more_often() -> None:
+    """Destructive alternatives only, none backed by a majority: the one sampled more often
+    than the anchor replaces it (a clean destructive replacement is not backed by imagination
+    alone, but the policy chose it twice to the anchor's once)."""
+    engine = ScriptedGenerator().enqueue(acting(WRONG), acting(CANCEL, OTHER, CANCEL), role="act")
+    engine.enqueue(imagined(CANCELLED), match=about("cancel_order"))
+    engine.enqueue(imagined(CANCELLED), match=about("cancel_order"))
+    engine.enqueue(imagined(CANCELLED), match=about("cancel_order"))
+    result = await run(engine)
+    assert (result.turn, result.commit_path) == (CANCEL, "replaced")
+    assert "sampled more often" in result.why
+
+
+async def test_a_clean_read_replaces_an_invalid_anchor_before_an_unbacked_cancellation() -> None:
+    """A vetoed anchor's replacement: a destructive one the samples did not back comes last."""
+    engine = ScriptedGenerator().enqueue(acting(INVALID), acting(WRONG, GET, GET), role="act")
+    engine.enqueue(imagined(CANCELLED), match=is_wrong)
+    engine.enqueue(imagined(PENDING), match=about("get_order"))
+    result = await run(engine, budget=4)
+    assert (result.turn, result.commit_path) == (GET, "replaced")
+    engine = ScriptedGenerator().enqueue(acting(INVALID), acting(CANCEL), role="act")
+    engine.enqueue(imagined(CANCELLED), match=is_right)
+    result = await run(engine, budget=2, repair=False)  # with repair, it is re-asked (below)
+    assert (result.turn, result.commit_path) == (CANCEL, "replaced")  # all there is
+
+
+@pytest.mark.parametrize(
+    ("alternatives", "imagined_result"),
+    [pytest.param((WRONG, WRONG), {"error": "order #W1401 not found"}, id="vetoed"),
+     pytest.param((WRONG, INVALID), CANCELLED, id="outvoted")],
+)  # fmt: skip
+async def test_a_destructive_call_held_back_is_repaired_with_the_checks_message(
+    alternatives: tuple[Any, ...], imagined_result: Any
+) -> None:
+    """The other candidates failed a check, and the destructive one is imagined failing or not
+    backed: the model is re-asked with the check's message rather than committing either."""
+    engine = ScriptedGenerator().enqueue(acting(INVALID), acting(*alternatives), role="act")
+    engine.enqueue(imagined(imagined_result), match=is_wrong)
+    engine.enqueue(acting(CANCEL), role="commit")
+    engine.enqueue(imagined(CANCELLED), match=is_right)
+    result = await run(engine, budget=3)
+    assert (result.turn, result.commit_path) == (CANCEL, "repaired")
+    told = json.loads(engine.by_role("commit")[0].messages[-1]["content"])
+    assert told["error_tool_call"]["code"] == "SCHEMA_INVALID"
+
+
 async def test_unanimous_destructive_candidates_are_still_imagined() -> None:
     """Parallel ``select``: no unanimous early exit for a destructive action."""
     engine = ScriptedGenerator().enqueue(acting(CANCEL, CANCEL), role="act")

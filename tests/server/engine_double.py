@@ -2,7 +2,8 @@
 
 The engine twin behaves; this one hangs, fails, cuts streams, streams forever or echoes what it
 received, as chosen by ``--chat``. It answers ``/health``, ``/v1/models`` and ``/metrics`` (with
-``vllm:num_requests_running``, so a test can watch a cancelled request leave the engine).
+``vllm:num_requests_running``, so a test can watch a cancelled request leave the engine), and
+``/v1/responses`` with one text answer, refusing tools that carry ``annotations`` with a 400.
 
     python -m tests.server.engine_double --port P --chat MODE [--model M]
 
@@ -210,6 +211,22 @@ def build_app(mode: str, model: str = MODEL) -> Starlette:
         text += f"double_rehearsal_started {started}\n"
         return Response(text, media_type="text/plain")
 
+    async def responses(request: Request) -> Response:
+        """``/v1/responses``: refuses annotated tools as chat does; else one text answer that
+        carries the tools it received."""
+        body = orjson.loads(await request.body())
+        tools = body.get("tools") or []
+        if annotated(tools):
+            error = {"message": "tools[].annotations: extra fields not permitted",
+                     "type": "BadRequestError", "param": "tools", "code": 400}  # fmt: skip
+            return Response(orjson.dumps({"error": error}), 400)
+        text = {"type": "output_text", "text": "plain", "annotations": []}
+        item = {"type": "message", "id": "msg_double", "role": "assistant",
+                "status": "completed", "content": [text]}  # fmt: skip
+        answer = {"id": "resp_double", "object": "response", "created_at": 0, "model": model,
+                  "status": "completed", "output": [item], "tools": tools}  # fmt: skip
+        return Response(orjson.dumps(answer), media_type="application/json")
+
     async def models(request: Request) -> Response:
         return Response(orjson.dumps({"object": "list", "data": [{"id": model}]}))
 
@@ -219,6 +236,7 @@ def build_app(mode: str, model: str = MODEL) -> Starlette:
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
             Route("/v1/models", models),
             Route("/metrics", metrics),
             Route("/health", health),

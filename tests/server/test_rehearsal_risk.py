@@ -151,3 +151,18 @@ def test_a_pass_through_sends_no_annotations(start_double: Any, start_gateway: A
     answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=30)
     assert answer.status_code == 200, answer.text
     assert "rehearsal" not in answer.json()
+
+
+def test_a_relayed_response_sends_no_annotations(start_double: Any, start_gateway: Any) -> None:
+    """``/v1/responses`` without rehearsal is relayed: the annotations are stripped there too,
+    and the rest of each tool reaches the engine as sent."""
+    gateway = start_gateway(start_double("imagine:0").url + "/v1")
+    function = LOOKUP["function"]
+    plain = {"type": "function", **function, "name": "other"}
+    tool = {"type": "function", **function, "annotations": {"readOnlyHint": True}}
+    body = {"model": "double-model", "input": "Look key 0 up.", "tools": [tool, plain]}
+    answer = httpx.post(f"{gateway.url}/v1/responses", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    relayed = answer.json()
+    assert "rehearsal" not in relayed
+    assert relayed["tools"] == [{k: v for k, v in tool.items() if k != "annotations"}, plain]
