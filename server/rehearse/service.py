@@ -33,11 +33,8 @@ from rehearsal_gateway.rehearsal.request import PlannerSettings, RehearsalReques
 from rehearsal_gateway.rehearsal.risk import (
     UNKNOWN,
     RiskPolicy,
-    RiskSettings,
-    classify,
-    strip_annotations,
 )
-from rehearsal_gateway.rehearsal.trace import ImaginedObservation, RehearsalResult
+from rehearsal_gateway.rehearsal.trace import RehearsalResult
 from rehearsal_gateway.rehearsal.trust import (
     Counts,
     Policy,
@@ -52,7 +49,6 @@ from ..engines.calls import EngineCalls
 from ..errors import (
     EngineError,
     EngineFailed,
-    InvalidRequest,
     NotFound,
     StoreUnavailable,
 )
@@ -69,90 +65,8 @@ from .committed import (
 )
 from .engine_port import EngineGenerator
 from .feedback import imagined_error, pending_record
+from .inputs import imagined_for, rehearsal_request, resolve_knobs, tool_name
 from .learned import anchor_of, budget_rows, learned_budgets
-
-# Request fields the planner handles itself; everything else reaches the acting calls untouched.
-_OWN_FIELDS = frozenset(
-    (
-        "model", "messages", "tools", "n", "temperature", "top_p", "max_tokens",
-        "max_completion_tokens", "seed", "stream", "stream_options", "rehearsal", "user",
-        "metadata", "store",
-    )
-)  # fmt: skip
-# (``logprobs``/``top_logprobs`` do reach the acting and commit calls: the committed turn
-# carries its engine's logprobs, as a pass-through answer would.)
-
-
-def resolve_knobs(
-    body: Mapping[str, Any],
-    headers: Mapping[str, str],
-    *,
-    defaults: Budget,
-    caps: BudgetCaps,
-) -> Budget | None:
-    """The request's budget when rehearsal applies to it, else ``None`` (pass-through).
-
-    Knobs are validated whether or not rehearsal then applies, so a typo is always a 400.
-    """
-    try:
-        budget = resolve_budget(body.get("rehearsal"), headers, defaults=defaults, caps=caps)
-    except BudgetError as exc:
-        raise InvalidRequest(str(exc), param=exc.param) from None
-    if not budget.active or not body.get("tools") or body.get("tool_choice") == "none":
-        return None
-    n = body.get("n")
-    if isinstance(n, int) and n > 1:
-        message = "n > 1 cannot be combined with rehearsal (it commits one turn)"
-        raise InvalidRequest(message, param="n")
-    if budget.mode == "parallel" and budget.budget > 1 and budget.temperature == 0:
-        # K samples at temperature 0 are K copies, and vLLM refuses n > 1 with greedy sampling.
-        raise InvalidRequest(
-            "parallel rehearsal with budget > 1 needs a temperature above 0",
-            param="rehearsal.temperature",
-        )
-    return budget
-
-
-def _rehearsal_request(
-    call: ChatCall, session: str, trust: Mapping[str, Policy], budget: Budget, risk: RiskSettings
-) -> RehearsalRequest:
-    """The core's request: each tool classed (``rehearsal.risk``), annotations stripped, since
-    every engine call the planner makes offers these tools."""
-    body = call.body
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    return RehearsalRequest(
-        messages=tuple(body["messages"]),
-        tools=strip_annotations(body["tools"]),
-        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
-        temperature=body.get("temperature"),
-        top_p=body.get("top_p"),
-        seed=body.get("seed"),
-        extra={k: v for k, v in body.items() if k not in _OWN_FIELDS},
-        tenant=call.tenant,
-        session=session,
-        trust=trust,
-        risk=classify(body["tools"], budget.risk, risk),
-        imagine_reads=risk.imagine_reads,
-    )
-
-
-def _tool_name(tool: Any) -> str | None:
-    function = tool.get("function") if isinstance(tool, dict) else None
-    name = function.get("name") if isinstance(function, dict) else None
-    return name if isinstance(name, str) else None
-
-
-def _imagined_for(result: RehearsalResult, signature: str) -> ImaginedObservation | None:
-    """What rehearsal imagined for a committed call (its first-step observation), if anything.
-
-    A check's veto is not imagination: it never becomes the prediction a real result is
-    compared with, so it cannot move the tool's trust counts.
-    """
-    for trajectory in result.trajectories:
-        for observation in trajectory.steps[0].observations if trajectory.steps else ():
-            if observation.call.signature == signature and observation.source == "imagined":
-                return observation
-    return None
 
 
 @dataclass
@@ -206,7 +120,7 @@ class RehearsalRun:
 
     async def trust(self) -> dict[str, Policy]:
         """The trust policy of each offered tool for this tenant; a store failure: learning."""
-        names = [name for tool in self.call.body["tools"] if (name := _tool_name(tool))]
+        names = [name for tool in self.call.body["tools"] if (name := tool_name(tool))]
         settings = self.service.trust_settings
         try:
             raw = await self.service.store.trust_table(self.call.tenant) if settings.enabled else {}
@@ -236,7 +150,7 @@ class RehearsalRun:
         seed = self.call.body.get("seed")
         rng = random.Random(seed if isinstance(seed, int) else secrets.randbits(64))
         risk = self.service.risk.for_tenant(self.call.tenant)
-        request = _rehearsal_request(self.call, self.session, await self.trust(), self.budget, risk)
+        request = rehearsal_request(self.call, self.session, await self.trust(), self.budget, risk)
         if self.budget.auto:
             request = replace(request, auto=await self.learned(request))
         try:
@@ -264,7 +178,7 @@ class RehearsalRun:
         pending = {}
         anchor, replaced, imagined = anchor_of(result)
         for tool_call, risk in zip(turn.tool_calls, result.committed_risk(), strict=True):
-            seen = _imagined_for(result, tool_call.signature)
+            seen = imagined_for(result, tool_call.signature)
             pending[tool_call.id] = pending_record(
                 tenant=tenant, session=self.session, rehearsal_id=self.rehearsal_id,
                 tool=tool_call.name, arguments=tool_call.parsed_arguments,

@@ -17,11 +17,8 @@ from rehearsal_gateway.rehearsal.request import PlannerSettings
 from rehearsal_gateway.server.chat.service import ChatService
 from rehearsal_gateway.server.engines.pool import affinity_key
 from rehearsal_gateway.server.errors import InvalidRequest
-from rehearsal_gateway.server.rehearse.service import (
-    RehearsalService,
-    _off_unless_asked,
-    resolve_knobs,
-)
+from rehearsal_gateway.server.rehearse.inputs import resolve_knobs
+from rehearsal_gateway.server.rehearse.service import RehearsalService, _off_unless_asked
 from tests.server.test_engines import make_pool
 
 CAPS = BudgetCaps(max_budget=8, max_depth=3, max_deadline_ms=60_000)
