@@ -1,7 +1,8 @@
 """What the planner commits, and the rules it applies to a chosen commit before it goes out.
 
 ``Decision`` is the planner's verdict (``rehearsal/planner.py``): the turn, why, the commit path
-and which candidate and trajectory it came from. The functions here read a decision against the
+and which candidate and trajectory it came from. ``anchored_choice`` is the anchored rule that
+reaches one once the walks are done. The other functions read a decision against the
 rehearsal's context, with no engine call of their own: a destructive anchor outvoted by its
 samples, the evidence left against a commit, ``confirm``'s question in its place, a commit that
 trust left unimagined, the refusal a repair call sees, and the headline reason of a degraded run.
@@ -12,12 +13,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from .commit import AGAINST, DETERMINISTIC, Selection, evidence
+from .commit import AGAINST, DETERMINISTIC, Selection, evidence, least_bad, replacement
 from .confirm import asked_before, question
 from .context import RehearsalContext
 from .memory import MemoryEntry
 from .messages import AssistantTurn, Message
-from .trace import Step, Trajectory
+from .trace import RehearsalResult, Step, Timings, Trajectory
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,3 +182,84 @@ def degraded(faults: list[str]) -> str | None:
         if kind in kinds:
             return reason
     return None
+
+
+def anchored_choice(ctx: RehearsalContext) -> Decision:
+    """The anchored rule's commit: the anchor unless evidence says otherwise (docs/rehearsal.md)."""
+    trajectories = [w.freeze() for w in ctx.walks]
+    anchor = trajectories[0]
+    found = evidence(anchor, ctx.trust)
+    if found not in AGAINST:
+        outvoted = outvoted_by_samples(ctx, anchor.first_turn)
+        if outvoted is not None:
+            return outvoted_choice(ctx, trajectories, outvoted)
+        path = "trust_off" if anchor.outcome == "unrehearsed" else "anchor"
+        path = "read" if found == "read" else path
+        why = f"anchor kept ({found})"
+        return Decision(anchor.first_turn, why, path, 0, 0, unconditional=True)
+    # A backed replacement first; a clean destructive one the samples did not back is still
+    # better than an anchor with evidence against it, when it is all there is.
+    better = replacement(
+        backed(ctx, trajectories), ctx.trust, instead_of=anchor.signature
+    ) or replacement(trajectories, ctx.trust, instead_of=anchor.signature)
+    if better is not None:
+        return decided(better, "replaced")
+    if found in DETERMINISTIC:
+        fallback = least_bad(trajectories, ctx.trust)
+        if fallback.trajectory.index != 0:
+            return decided(fallback, "valid_fallback")
+    why = f"anchor kept although {found}: no rehearsed-clean alternative"
+    return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0)
+
+
+def outvoted_choice(
+    ctx: RehearsalContext, trajectories: list[Trajectory], outvoted: str
+) -> Decision:
+    """A destructive anchor the samples did not back: the best clean alternative, if any."""
+    anchor = trajectories[0]
+    better = replacement(backed(ctx, trajectories), ctx.trust, instead_of=anchor.signature)
+    if better is not None:
+        return decided(better, "replaced", f"replaced: {outvoted}; {better.why}")
+    others = harmless(ctx, trajectories)
+    if others:
+        fallback = least_bad(others, ctx.trust)
+        return decided(fallback, "replaced", f"replaced: {outvoted}; {fallback.why}")
+    more = replacement(plurality(ctx, trajectories), ctx.trust, instead_of=anchor.signature)
+    if more is not None:
+        why = f"replaced: {outvoted}; sampled more often, {more.why}"
+        return decided(more, "replaced", why)
+    why = f"anchor kept although {outvoted}: no rehearsed-clean alternative"
+    return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0, against=outvoted)
+
+
+def result_of(ctx: RehearsalContext, decision: Decision, total_ms: float) -> RehearsalResult:
+    """The whole rehearsal as the server sees it: the committed turn and everything behind it."""
+    phases = ctx.phases
+    check = ctx.checker.check_turn(decision.turn)
+    tools = {call.name for turn in ctx.candidates for call in turn.tool_calls}
+    decision = unrehearsed_by_trust(ctx, decision)
+    return RehearsalResult(
+        turn=decision.turn,
+        budget=ctx.budget,
+        candidates=tuple(ctx.candidates),
+        trajectories=tuple(w.freeze() for w in ctx.walks),
+        chosen_trajectory=decision.chosen_trajectory,
+        chosen_index=decision.chosen_index,
+        why=decision.why,
+        early_exit=decision.early_exit,
+        commit_path=decision.path,
+        commit_unconditional=decision.unconditional,
+        commit_check="schema_invalid" if check.invalid else check.status,
+        commit_check_detail=check.message,
+        held=decision.held,
+        probes=tuple(ctx.probes),
+        trust={tool: ctx.policy(tool) for tool in sorted(tools)},
+        risk=dict(ctx.request.risk),
+        auto=ctx.learned,
+        degraded=degraded(ctx.faults),
+        faults=tuple(ctx.faults),
+        memory_note=ctx.note,
+        calls=dict(ctx.calls),
+        tokens=dict(ctx.tokens),
+        timings=Timings(phases["act"], phases["rehearse"], phases["commit"], total_ms),
+    )

@@ -8,62 +8,21 @@
 - **sequential**: attempt i acts with the memory note of attempts 1..i-1 in context and is walked
   before attempt i+1 starts.
 
-Every candidate is first checked against the request's tool schemas (``rehearsal.checks``)
-and against the conversation's real failures (``rehearsal.hindsight``: the identical call
-already failed for real): a call either check vetoes is never imagined. A tool whose
-imagination trust switched ``off`` is not imagined either. How the commit is chosen depends on
-``commit`` (``rehearsal.commit`` has the evidence and the rules):
+Every candidate is first checked against the tool schemas (``checks``) and the conversation's
+real failures (``hindsight``); a call either vetoes is never imagined. The commit rule is the
+budget's ``commit``: **anchored** (the default: the plain acting call is kept unless evidence
+counts against it, ``decision.anchored_choice``; alternatives are sampled only then), **select**
+(``commit.select`` over the walks) or **reflect** (one more acting call with the memory note,
+committed only when rehearsed clean). A destructive action needs a majority of the samples;
+when every candidate failed a deterministic check, one **repair** call sees the check's message
+(knob ``repair``); a repeat of a real failure is imagined once as a **hindsight probe** for trust,
+never for the decision. Everything before the commit runs under one ``asyncio.timeout``
+(``deadline_ms``) in ``asyncio.TaskGroup``s: on expiry or an engine fault the planner commits
+from what it has and says ``degraded``, and a cancelled rehearsal leaves no task behind.
 
-- **anchored** (default): the *anchor* is the plain acting call rehearsal off would make, with the
-  client's own sampling. It is checked and rehearsed; unless it is vetoed — by the check, or by
-  imagination of a trusted tool — it is committed. Only then are alternatives sampled (parallel:
-  one call with ``n = budget - 1``; sequential: attempts with the memory note), and the first
-  rehearsed-clean one replaces the anchor. With none, the anchor stays (or, when the anchor
-  failed a deterministic check, the least bad other candidate: ``commit.least_bad``; when every
-  candidate failed one, a repair is tried first). Rehearsal therefore changes a decision only
-  on evidence, and costs two engine calls when the anchor is fine (early exit ``anchor``; with
-  ``early_exit`` off the alternatives are sampled and walked anyway, for measurements). An anchor
-  kept because it had no evidence against it says ``commit_unconditional``: committed whatever
-  its imagination said, its real result is an unselected sample for trust (``rehearsal.trust``).
-  A destructive action (``rehearsal.risk``) is held to more, since a wrong cancellation is
-  imagined succeeding as a right one is: it is kept as the anchor, or chosen as a replacement
-  while another clean candidate exists, only when more than half of the samples chose it;
-  outvoted, it gives way to a clean alternative, else to a candidate that is not destructive and
-  that no check refused, else to a clean one sampled more often (``_outvoted_choice``).
-- **select**: ``commit.select`` over the walks; when every candidate has evidence against it,
-  one verified ``reflect`` call.
-- **reflect**: one more acting call (role ``commit``, low temperature) with the memory note as the
-  conversation's last message. Its action is committed only when it was rehearsed clean — already
-  among the walks, or walked now (one more imagine step) — else the best rehearsed candidate is.
-
-**Hindsight probe** (anchored): when the anchor repeats a real failure, its real outcome is
-known without running it — an error, the conversation's fact. The pair an unconditional commit
-of that anchor would have given trust (its imagined outcome × error) is therefore had for one
-imagined call of the repeated call, made after the commit rules' work when the budget's
-engine-call bound has room for it and the tool's trust is still being earned (``learning``,
-``ignore_vetoes``); the server counts it as
-an unselected sample (``ee``, or ``oe``: a miss). The probe never changes the decision.
-
-**Repair** (knob ``repair``, on by default, budget >= 2): when every candidate failed a
-deterministic check — or the others are destructive calls held back (imagined failing, or not
-backed by a majority of the samples: ``decision.held_back``) — one acting call (role ``commit``)
-sees the least bad refused call and the check's message as its tool result — the way agent
-frameworks re-ask on a validation error — and its answer is checked, walked one step deep, and
-committed (path ``repaired``) unless it has evidence against it; else the commit rules above run
-as without repair. It runs under the deadline, and only when its ``1 + c`` engine calls fit
-``Budget.max_engine_calls``: when every candidate was refused, they spent no imagination, which
-leaves at least ``K * c >= 1 + c`` calls unspent.
-
-Parallel select/reflect keep their early exits (a final-answer majority; unanimous candidates
-with ``early_exit``), sequential select/reflect stop when an attempt is clean and repeats the
-previous one. Everything before the select/reflect commit runs under one ``asyncio.timeout`` of
-``deadline_ms``; when it expires, or the first acting call fails, the planner commits from what
-it has, by the same rules, or with nothing at all makes a plain acting call; the result says
-``degraded`` and why. Branches run in ``asyncio.TaskGroup``s, so a cancelled rehearsal — deadline
-or client gone — leaves no task behind. Engine-call counts per mode are in docs/rehearsal.md.
-
-Session memory holds only *real* outcomes (written by the server's feedback path when a client
-sends a tool result back); imagined vetoes are hints of one turn and are never stored.
+Why each rule is as it is, with every commit path and what each guarantees: docs/rehearsal.md.
+Session memory holds only *real* outcomes (the server's feedback path writes them); imagined
+vetoes are hints of one turn and are never stored.
 """
 
 from __future__ import annotations
@@ -80,22 +39,17 @@ from .commit import (
     DETERMINISTIC,
     evidence,
     least_bad,
-    replacement,
     select,
 )
 from .context import RehearsalContext, WalkState
 from .decision import (
     Decision,
-    backed,
+    anchored_choice,
     confirmation,
     decided,
-    degraded,
-    harmless,
     held_back,
-    outvoted_by_samples,
-    plurality,
     refusal,
-    unrehearsed_by_trust,
+    result_of,
     unseen,
 )
 from .errors import GeneratorError
@@ -104,7 +58,7 @@ from .memory import MemoryEntry, entry_for, note_message, render_note
 from .messages import ANSWER, AssistantTurn
 from .ports import Generator, MemoryStore
 from .request import PlannerSettings, RehearsalRequest
-from .trace import RehearsalResult, Timings, Trajectory
+from .trace import RehearsalResult, Trajectory
 
 
 class Planner:
@@ -135,11 +89,11 @@ class Planner:
         if not budget.active or not request.tools:
             with ctx.phase("act"):
                 turn = await ctx.plain()
-            return self._result(ctx, Decision(turn, "rehearsal off", "off"), started)
+            return result_of(ctx, Decision(turn, "rehearsal off", "off"), self._ms_since(started))
         decision = await self._rehearse(ctx)
         if decision is None:
             decision = await self._salvage(ctx)
-        return self._result(ctx, confirmation(ctx, decision), started)
+        return result_of(ctx, confirmation(ctx, decision), self._ms_since(started))
 
     async def _rehearse(self, ctx: RehearsalContext) -> Decision | None:
         """The mode's work under the deadline, then the commit; None when it must be salvaged."""
@@ -173,7 +127,7 @@ class Planner:
                 await ctx.walk(walk, random.Random(ctx.seed()))
         fine = evidence(walk.freeze(), ctx.trust) not in AGAINST
         # ``early_exit`` decides spending, not the decision: off, the whole budget is spent. A
-        # destructive anchor needs the samples' vote (``_anchored_choice``), so they are drawn.
+        # destructive anchor needs the samples' vote (``anchored_choice``), so they are drawn.
         stop = fine and ctx.budget.early_exit and ctx.risk_of(anchor) != "destructive"
         if ctx.budget.budget >= 2 and not stop:
             if ctx.budget.mode == "parallel":
@@ -184,7 +138,7 @@ class Planner:
         await self._probe(ctx)
         if repaired is not None:
             return repaired
-        decision = self._anchored_choice(ctx)
+        decision = anchored_choice(ctx)
         if stop and ctx.budget.budget >= 2:
             return replace(decision, early_exit="anchor")
         return decision
@@ -206,56 +160,10 @@ class Planner:
         walks = [ctx.new_walk(tuple(ix), ctx.candidates[ix[0]]) for ix in groups.values()]
         await self._walk_all(ctx, walks)
 
-    def _anchored_choice(self, ctx: RehearsalContext) -> Decision:
-        """Keep the anchor unless evidence says otherwise (module docstring); never calls."""
-        trajectories = [w.freeze() for w in ctx.walks]
-        anchor = trajectories[0]
-        found = evidence(anchor, ctx.trust)
-        if found not in AGAINST:
-            outvoted = outvoted_by_samples(ctx, anchor.first_turn)
-            if outvoted is not None:
-                return self._outvoted_choice(ctx, trajectories, outvoted)
-            path = "trust_off" if anchor.outcome == "unrehearsed" else "anchor"
-            path = "read" if found == "read" else path
-            why = f"anchor kept ({found})"
-            return Decision(anchor.first_turn, why, path, 0, 0, unconditional=True)
-        # A backed replacement first; a clean destructive one the samples did not back is still
-        # better than an anchor with evidence against it, when it is all there is.
-        better = replacement(
-            backed(ctx, trajectories), ctx.trust, instead_of=anchor.signature
-        ) or replacement(trajectories, ctx.trust, instead_of=anchor.signature)
-        if better is not None:
-            return decided(better, "replaced")
-        if found in DETERMINISTIC:
-            fallback = least_bad(trajectories, ctx.trust)
-            if fallback.trajectory.index != 0:
-                return decided(fallback, "valid_fallback")
-        why = f"anchor kept although {found}: no rehearsed-clean alternative"
-        return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0)
-
-    def _outvoted_choice(
-        self, ctx: RehearsalContext, trajectories: list[Trajectory], outvoted: str
-    ) -> Decision:
-        """A destructive anchor the samples did not back: the best clean alternative, if any."""
-        anchor = trajectories[0]
-        better = replacement(backed(ctx, trajectories), ctx.trust, instead_of=anchor.signature)
-        if better is not None:
-            return decided(better, "replaced", f"replaced: {outvoted}; {better.why}")
-        others = harmless(ctx, trajectories)
-        if others:
-            fallback = least_bad(others, ctx.trust)
-            return decided(fallback, "replaced", f"replaced: {outvoted}; {fallback.why}")
-        more = replacement(plurality(ctx, trajectories), ctx.trust, instead_of=anchor.signature)
-        if more is not None:
-            why = f"replaced: {outvoted}; sampled more often, {more.why}"
-            return decided(more, "replaced", why)
-        why = f"anchor kept although {outvoted}: no rehearsed-clean alternative"
-        return Decision(anchor.first_turn, why, "anchor_vetoed", 0, 0, against=outvoted)
-
     # -- hindsight probe ---------------------------------------------------------------------
 
     async def _probe(self, ctx: RehearsalContext) -> None:
-        """Imagine the anchor's repeats of a real failure once, for trust (module docstring).
+        """Imagine the anchor's repeats of a real failure once, for trust (docs/rehearsal.md).
 
         Only while the budget's engine-call bound has room (the vetoed anchor left its
         imagination unspent, unless a repair took it) and the tool's trust is still being
@@ -451,7 +359,7 @@ class Planner:
         """Commit from what is known after a deadline or a failed first call."""
         if ctx.walks:
             if ctx.budget.commit == "anchored":
-                decision = self._anchored_choice(ctx)
+                decision = anchored_choice(ctx)
             else:
                 trajectories = [w.freeze() for w in ctx.walks]
                 chosen = select(trajectories, ctx.trust) or least_bad(trajectories, ctx.trust)
@@ -475,34 +383,5 @@ class Planner:
         entries = [MemoryEntry.from_dict(item) for item in raw]
         return [e for e in entries if e is not None and e.real and e.avoided]
 
-    def _result(self, ctx: RehearsalContext, decision: Decision, started: float) -> RehearsalResult:
-        phases = ctx.phases
-        total = (self.clock() - started) * 1000.0
-        check = ctx.checker.check_turn(decision.turn)
-        tools = {call.name for turn in ctx.candidates for call in turn.tool_calls}
-        decision = unrehearsed_by_trust(ctx, decision)
-        return RehearsalResult(
-            turn=decision.turn,
-            budget=ctx.budget,
-            candidates=tuple(ctx.candidates),
-            trajectories=tuple(w.freeze() for w in ctx.walks),
-            chosen_trajectory=decision.chosen_trajectory,
-            chosen_index=decision.chosen_index,
-            why=decision.why,
-            early_exit=decision.early_exit,
-            commit_path=decision.path,
-            commit_unconditional=decision.unconditional,
-            commit_check="schema_invalid" if check.invalid else check.status,
-            commit_check_detail=check.message,
-            held=decision.held,
-            probes=tuple(ctx.probes),
-            trust={tool: ctx.policy(tool) for tool in sorted(tools)},
-            risk=dict(ctx.request.risk),
-            auto=ctx.learned,
-            degraded=degraded(ctx.faults),
-            faults=tuple(ctx.faults),
-            memory_note=ctx.note,
-            calls=dict(ctx.calls),
-            tokens=dict(ctx.tokens),
-            timings=Timings(phases["act"], phases["rehearse"], phases["commit"], total),
-        )
+    def _ms_since(self, started: float) -> float:
+        return (self.clock() - started) * 1000.0
