@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from typing import Annotated, Any, Literal, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
@@ -37,6 +36,7 @@ from pydantic_settings import (
 
 from .specs import (
     ALL_ROLES,
+    MASK,
     OPTIONS,
     REHEARSE_ONLY,
     EngineSpec,
@@ -45,8 +45,10 @@ from .specs import (
     RouterKind,
     TenantLimits,
     TenantRisk,
+    mask_url,
     off_word,
     split_list,
+    split_pairs,
 )
 
 __all__ = [
@@ -71,7 +73,6 @@ T = TypeVar("T")
 # vLLM's priority of a rehearsal-role call under ``engine_scheduling = "priority"`` (vLLM's
 # default, which every other call keeps, is 0; a larger number is served later).
 REHEARSAL_PRIORITY = 10
-MASK = "********"
 ENV_PREFIX = "RGW_"
 CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
 
@@ -103,35 +104,21 @@ class GatewaySettings(BaseSettings):
 
     # Upstream timeouts (seconds); the waits of one call are in the reliability block below.
     connect_timeout: float = Field(default=3.0, gt=0)
-    # An idle connection to an engine is closed after this long: below uvicorn's (so vLLM's)
-    # 5 s keep-alive, so the engine never closes a socket the gateway is about to reuse.
+    # Idle engine sockets close after this: below vLLM's 5 s keep-alive.
     engine_keepalive_s: float = Field(default=4.0, gt=0)
-    # How engine calls travel, behind one seam (server/engines/transport.py): "wire", asyncio's
-    # sockets and httptools' parser (the default: the least CPU per call), or "aiohttp".
+    # "wire" (asyncio sockets + httptools, the default) or "aiohttp" (server/engines/transport.py).
     engine_transport: Literal["wire", "aiohttp"] = "wire"
     # A CA bundle (PEM) for https engines with a private CA; unset: the system's CAs.
     engine_ca_file: str | None = None
-    # The engines' vLLM ``--scheduling-policy``. With "priority" (every engine started with
-    # ``--scheduling-policy priority``), rehearsal-role calls carry vLLM ``priority``
-    # REHEARSAL_PRIORITY (lower is sooner; commits and pass-through keep the default, 0), so
-    # imagination never queues real work behind it. With "fcfs" no call carries a priority: vLLM
-    # refuses one unless its engine schedules by priority.
+    # The engines' vLLM --scheduling-policy; with "priority" imagination carries REHEARSAL_PRIORITY.
     engine_scheduling: Literal["fcfs", "priority"] = "fcfs"
-    # Of each engine's slots (its max_concurrency, matched to vLLM's --max-num-seqs; a call takes
-    # one per choice it asks for), the share rehearsal may hold at once: rehearsal-role calls and
-    # the K-1 candidate samples of a parallel rehearsal's acting call. The rest stay free for
-    # real work (commits, pass-through, each acting call's own turn), which also takes a freed
-    # slot before a waiting rehearsal call does (server/engines/pool.py). 1: no reservation.
-    # Rounded down, at least one slot.
+    # The share of each engine's slots rehearsal may hold; the rest stays free for real work.
     rehearsal_engine_share: float = Field(default=0.5, gt=0, le=1)
-    # Real work preempts imaginations: an acting call cancels the rehearsal-role calls running
-    # on its engine, which start again once the engine has no real work (server/engines/pool.py).
+    # Real work cancels the imaginations running beside it on its engine (server/engines/pool.py).
     rehearsal_yield: bool = False
     # How long an engine must have had no real work before imaginations start on it again.
     rehearsal_yield_quiet_s: float = Field(default=0.05, ge=0)
-    # Imaginations of one rehearsal that are ready together (parallel rehearsal's K walks) go to
-    # the engine as one vLLM ``/v1/chat/completions/batch`` call instead of one call each
-    # (server/rehearse/batching.py). An engine that has no such route (404/405) turns it off.
+    # Imaginations ready together go as one vLLM /v1/chat/completions/batch call.
     rehearsal_batch: bool = True
     health_interval: float = Field(default=5.0, gt=0)
     health_timeout: float = Field(default=2.0, gt=0)
@@ -142,13 +129,10 @@ class GatewaySettings(BaseSettings):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
 
-    # The store (used by rehearsal); None means the in-process store (one process only).
-    # redis://, redis+cluster://HOSTS/ or redis+sentinel://HOSTS/SERVICE (server/store/connect.py).
+    # None: the in-process store; else redis://, redis+cluster://, redis+sentinel:// URLs.
     redis_url: SecretStr | None = None
     redis_prefix: str = Field(default="rgw:", min_length=1)
-    # Per Redis operation (and the wait for a free connection). Measured as wall time on the event
-    # loop, so it includes the loop's own lag: a busy host must not read as a hung Redis, and
-    # 1 s still bounds a hung one (docs/decisions/0016-store-writes-beside-the-answer.md).
+    # Per Redis operation, wall time on the loop (decision 0016: a busy host is not a hung Redis).
     redis_timeout: float = Field(default=1.0, gt=0, le=10)
     trace_ttl_s: int = Field(default=24 * 3600, ge=1)
     pending_ttl_s: int = Field(default=3600, ge=1)
@@ -157,8 +141,7 @@ class GatewaySettings(BaseSettings):
     memory_max_entries: int = Field(default=32, ge=1)
     grounding_max_per_tool: int = Field(default=16, ge=1)
 
-    # Rehearsal defaults: what a request gets when it sets no knob (body > headers > these).
-    # Off by default so that the gateway is a drop-in until a client or operator asks for more.
+    # Rehearsal defaults when a request sets no knob (body > headers > these); off: a drop-in.
     rehearsal_mode: Literal["off", "parallel", "sequential"] = "off"
     # K trajectories, or "auto": learned per tenant and tool within max_budget (rehearsal/auto.py).
     rehearsal_budget: Annotated[int, Field(ge=0)] | Literal["auto"] = 4
@@ -171,9 +154,7 @@ class GatewaySettings(BaseSettings):
     rehearsal_repair: bool = True
     # Ask the user before a destructive call rehearsal found evidence against (docs/rehearsal.md).
     rehearsal_confirm: bool = False
-    # Model-name switches offered (docs/configuration.md#model-name-switch): with "parallel-4"
-    # here, a request for MODEL@parallel-4 is a request for MODEL with mode parallel, budget 4,
-    # for clients that can set neither body fields nor headers. Empty: no switch (the default).
+    # Model-name switches, e.g. MODEL@parallel-4 (docs/configuration.md#model-name-switch).
     model_switch: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Caps: a request beyond them is a 400 naming the knob, never clamped.
     max_budget: int = Field(default=8, ge=1, le=64)
@@ -181,13 +162,11 @@ class GatewaySettings(BaseSettings):
     max_deadline_ms: int = Field(default=120_000, ge=1)
     # The rehearsal role's system instruction (DESIGN §2); a file replaces ours, e.g. upstream's.
     simulator_prompt_file: str | None = None
-    # Tokens one imagined tool result may take: on a slow engine an imagination that runs on is
-    # the rehearsal's whole cost (docs/real-model.md), so the operator bounds it here.
+    # Tokens one imagined tool result may take (its whole cost on a slow engine).
     rehearse_max_tokens: int = Field(default=2048, ge=1)
     memory_note_tokens: int = Field(default=600, ge=64)
     grounding_examples: int = Field(default=3, ge=0, le=16)
-    # Deterministic checks (rehearsal/checks.py): an argument a tool's schema does not declare is
-    # invalid unless the schema sets additionalProperties itself.
+    # An argument a tool's schema does not declare is invalid (rehearsal/checks.py).
     reject_undeclared_arguments: bool = True
 
     # The learned budget, budget "auto" (rehearsal/auto.py, docs/rehearsal-knobs.md).
@@ -214,21 +193,14 @@ class GatewaySettings(BaseSettings):
         dict[str, Literal["trusted", "learning", "ignore_vetoes", "off"]], NoDecode
     ] = Field(default_factory=dict)
 
-    # Tool risk classes (rehearsal/risk.py, docs/rehearsal.md#risk-classes): the operator's
-    # tool-name patterns, "glob=class,glob=class" or a JSON object, the first match in the order
-    # written (classes: read_only, write, destructive, unknown). A request's rehearsal.risk map
-    # and MCP annotations on a tool come first.
+    # Tool risk classes (rehearsal/risk.py): operator patterns "glob=class,…", first match wins.
     risk_patterns: Annotated[dict[str, RiskClass], NoDecode] = Field(default_factory=dict)
     # Whether read_only calls are imagined at all (their real result is their own evidence).
     risk_imagine_reads: bool = True
-    # Per tenant, JSON: {"t_<24 hex>": {"patterns": {"cancel_*": "destructive"},
-    # "imagine_reads": false, "confirm": true}} (confirm true: required, a request cannot turn
-    # it off).
+    # Per tenant, JSON: patterns, imagine_reads, confirm (true: required) (docs/configuration.md).
     risk_overrides: Annotated[dict[str, TenantRisk], NoDecode] = Field(default_factory=dict)
 
-    # ---- Store writes beside the answer, and the in-process store's bounds
-    # (server/store/writer.py, server/store/inprocess.py).
-    # Writes held at most (beyond: dropped and counted), and how many talk to Redis at once.
+    # ---- Store writes beside the answer and the in-process store's bounds (server/store/).
     store_writes_max_pending: int = Field(default=10_000, ge=1)
     store_writes_concurrency: int = Field(default=32, ge=1)
     # How long a reader waits for a held write it must see (a pending record, a trace).
@@ -238,8 +210,7 @@ class GatewaySettings(BaseSettings):
     inprocess_max_keys: int = Field(default=100_000, ge=1)
     inprocess_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
 
-    # ---- Fair use per API key (tenant): server/store/fair_use.py, docs/limits.md. 0 = off (the
-    # default for each, so nothing changes until an operator sets one).
+    # ---- Fair use per API key (server/store/fair_use.py, docs/limits.md); 0 = off.
     limit_rps: float = Field(default=0, ge=0)  # requests per second (token bucket)
     limit_burst: int = Field(default=0, ge=0)  # the bucket's size; 0: max(1, 2 x rps)
     limit_concurrency: int = Field(default=0, ge=0)  # requests in flight at once
@@ -254,46 +225,32 @@ class GatewaySettings(BaseSettings):
 
     # Prometheus multiprocess directory, required when workers > 1.
     metrics_dir: str | None = None
-    # FastAPI's own OpenTelemetry (spans, metrics, logs through a globally configured provider,
-    # e.g. under ``opentelemetry-instrument``). Off: it checks for a provider on every request,
-    # for telemetry the gateway does not use (its own is Prometheus and the request log).
+    # FastAPI's own OpenTelemetry; off, it costs nothing per request (its own is Prometheus).
     fastapi_telemetry: bool = False
 
-    # ---- Reliability under faults: bounded waits, health, drain, edges.
-    # A stream's first chunk (the engine's queue + prefill), from the request being sent.
+    # ---- Reliability under faults (docs/gateway.md#faults). A stream's first chunk:
     first_byte_timeout: float = Field(default=60.0, gt=0)
     # The longest silence between two chunks of a stream once its first chunk arrived.
     chunk_timeout: float = Field(default=30.0, gt=0)
     # A pass-through call's overall bound: a whole non-streamed answer, a whole stream.
     request_timeout: float = Field(default=600.0, gt=0)
-    # A rehearsal's commit after its deadline: every rehearsal engine call ends by
-    # deadline_ms + commit_timeout (the salvage or commit call is the answer the client waits for).
+    # A rehearsal's engine calls end by deadline_ms + commit_timeout.
     commit_timeout: float = Field(default=60.0, gt=0)
-    # Passive health: an engine is taken out after this many consecutive failed calls
-    # (connection refused, timeout, broken connection, 5xx); a passing probe brings it back.
+    # Passive health: consecutive failed calls that take an engine out.
     eject_after_failures: int = Field(default=3, ge=1)
-    # Active health: probes failed in a row before an engine is taken out. A probe failure does
-    # not count while the engine answered real traffic since the previous probe (busy, not dead).
+    # Active health: failed probes in a row (excused while real traffic flows).
     health_failures: int = Field(default=2, ge=1)
-    # An engine that passes its probes but answers no call (server/engines/stalls.py): once a
-    # call has waited this long on it and it sent nothing back for as long, it gets a one-token
-    # canary call; 0: no canaries. Unanswered within engine_canary_timeout_s, the engine is
-    # taken out and its waiting calls move (or get a 504).
+    # Canaries for an engine hung behind /health (server/engines/stalls.py); 0: none.
     engine_stall_after_s: float = Field(default=10.0, ge=0)
     engine_canary_timeout_s: float = Field(default=10.0, gt=0)
-    # A second engine set for imagination (server/engines/pool.py): entries as in `engines`,
-    # serving the rehearsal role only. Rehearsal-role calls go to them first and to the main set
-    # (within rehearsal_engine_share) only when none of them is healthy with room.
+    # A second engine set for imagination only, tried first for rehearsal-role calls.
     rehearsal_engines: Annotated[list[EngineSpec], NoDecode] = Field(default_factory=list)
-    # SIGTERM: stop accepting, /ready 503, let in-flight requests finish within this many seconds.
-    # Default: the deadline cap (120 s) + one commit (60 s) + 10 s. deploy/ follows it (a test).
+    # SIGTERM grace: deadline cap + one commit + 10 s; deploy/ follows it (a test).
     shutdown_grace_s: float = Field(default=190.0, gt=0)
     # Client side: an upload must arrive whole within body_timeout; headers within header_timeout.
     body_timeout: float = Field(default=30.0, gt=0)
     header_timeout: float = Field(default=10.0, gt=0)
-    # Idle client connections are kept this long (uvicorn's timeout_keep_alive). Above the idle
-    # expiry of common clients (httpx 5 s, aiohttp 15 s) so a client never reuses a socket the
-    # gateway is closing (docs/configuration.md#keep-alive).
+    # Idle client connections kept (above common clients' expiry: docs/configuration.md).
     keepalive_s: float = Field(default=75.0, gt=0)
 
     @classmethod
@@ -357,13 +314,7 @@ class GatewaySettings(BaseSettings):
     @field_validator("aliases", mode="before")
     @classmethod
     def split_aliases(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            stripped = value.strip()
-            if stripped.startswith("{"):
-                return orjson.loads(stripped)
-            pairs = (item.partition("=") for item in stripped.split(",") if item.strip())
-            return {alias.strip(): served.strip() for alias, _, served in pairs}
-        return value
+        return split_pairs(value)
 
     @field_validator("rehearsal_mode", mode="before")
     @classmethod
@@ -382,40 +333,24 @@ class GatewaySettings(BaseSettings):
     @field_validator("trust_pins", mode="before")
     @classmethod
     def split_pins(cls, value: Any) -> Any:
+        value = split_pairs(value)
         if isinstance(value, dict):
             return {tool: off_word(policy) for tool, policy in value.items()}
-        if isinstance(value, str):
-            stripped = value.strip()
-            if stripped.startswith("{"):
-                return orjson.loads(stripped)
-            pairs = (item.partition("=") for item in stripped.split(",") if item.strip())
-            return {tool.strip(): policy.strip() for tool, _, policy in pairs}
         return value
 
     @field_validator("risk_patterns", mode="before")
     @classmethod
     def split_risk_patterns(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            stripped = value.strip()
-            if stripped.startswith("{"):
-                return orjson.loads(stripped)
-            pairs = (item.rpartition("=") for item in stripped.split(",") if item.strip())
-            return {pattern.strip(): risk.strip() for pattern, _, risk in pairs}
-        return value
+        return split_pairs(value, last=True)
 
-    @field_validator("risk_overrides", mode="before")
-    @classmethod
-    def parse_risk_overrides(cls, value: Any) -> Any:
-        return orjson.loads(value) if isinstance(value, str) and value.strip() else value or {}
-
-    @field_validator("limit_overrides", mode="before")
+    @field_validator("risk_overrides", "limit_overrides", mode="before")
     @classmethod
     def parse_overrides(cls, value: Any) -> Any:
         return orjson.loads(value) if isinstance(value, str) and value.strip() else value or {}
 
-    @field_validator("model_switch", mode="before")
+    @field_validator("model_switch", "api_keys", mode="before")
     @classmethod
-    def split_switches(cls, value: Any) -> Any:
+    def split_commas(cls, value: Any) -> Any:
         return split_list(value, ",")
 
     @field_validator("model_switch")
@@ -426,11 +361,6 @@ class GatewaySettings(BaseSettings):
             if mode not in ("off", "parallel", "sequential") or (budget and not budget.isdigit()):
                 raise ValueError(f"a switch is MODE or MODE-BUDGET (parallel-4), got {suffix!r}")
         return [suffix.strip() for suffix in value]
-
-    @field_validator("api_keys", mode="before")
-    @classmethod
-    def split_keys(cls, value: Any) -> Any:
-        return split_list(value, ",")
 
     def values_for(self, cls: type[T], prefix: str = "", **given: Any) -> T:
         """A dataclass of a lower layer (the core's ``Budget``, the store's ``Lifetimes``) built
@@ -462,14 +392,3 @@ class GatewaySettings(BaseSettings):
                 for spec in getattr(self, name)
             ]
         return data
-
-
-def mask_url(url: str) -> str:
-    """Hide the password (and a bare token user) in a URL's userinfo, keep the rest readable."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user = userinfo.partition(":")[0]
-    netloc = f"{user}:{MASK}@{hostport}" if user else f"{MASK}@{hostport}"
-    return urlunsplit(parts._replace(netloc=netloc))

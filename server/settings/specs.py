@@ -8,7 +8,7 @@ settings module reads as the list of settings it is. An engine entry is written
 from __future__ import annotations
 
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -66,6 +66,9 @@ class EngineSpec(BaseModel):
         return cls.model_validate(fields)
 
 
+MASK = "********"  # what a secret reads as wherever settings are shown
+
+
 def split_list(value: Any, sep: str | None) -> Any:
     if not isinstance(value, str):
         return value
@@ -73,6 +76,30 @@ def split_list(value: Any, sep: str | None) -> Any:
     if stripped.startswith("["):
         return orjson.loads(stripped)
     return [item for item in stripped.split(sep) if item.strip()]
+
+
+def split_pairs(value: Any, *, last: bool = False) -> Any:
+    """``"k=v,k=v"`` or a JSON object as text, as a dict (split at the last ``=`` with ``last``,
+    for keys that may hold one); anything else as given."""
+    if not isinstance(value, str):
+        return value
+    stripped = value.strip()
+    if stripped.startswith("{"):
+        return orjson.loads(stripped)
+    items = (item for item in stripped.split(",") if item.strip())
+    pairs = (item.rpartition("=") if last else item.partition("=") for item in items)
+    return {key.strip(): val.strip() for key, _, val in pairs}
+
+
+def mask_url(url: str) -> str:
+    """Hide the password (and a bare token user) in a URL's userinfo, keep the rest readable."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    netloc = f"{user}:{MASK}@{hostport}" if user else f"{MASK}@{hostport}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def off_word(value: Any) -> Any:
