@@ -2,7 +2,8 @@
 
 History (which issue asked for what, which pass measured what) belongs in ``docs/decisions/``;
 module docstrings and the pages a user or an operator reads describe today's behaviour. This scan
-keeps issue numbers out of both and ``docs/benchmarks.md`` short enough to read in ten minutes.
+keeps issue numbers out of both, ``docs/benchmarks.md`` short enough to read in ten minutes, and
+every module of the four packages at most 400 lines, so each says one thing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ CODE_FOLDERS = ("server", "rehearsal", "clients", "twin", "benchmarks")
 # "issue 14", "Issue #3", "issues 12 and 13": a reference to the tracker, not the word "issue".
 ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
 BENCHMARKS_PAGE_LINES = 400
+PACKAGES = ("server", "rehearsal", "clients", "twin")
+MODULE_LINES = 400
 
 
 def _code_files() -> list[Path]:
@@ -59,3 +62,14 @@ def test_the_pattern_catches_what_it_means_to() -> None:
 def test_the_benchmarks_page_is_short() -> None:
     lines = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").count("\n")
     assert lines < BENCHMARKS_PAGE_LINES, f"docs/benchmarks.md has {lines} lines"
+
+
+def test_modules_are_at_most_400_lines() -> None:
+    modules = sorted(p for folder in PACKAGES for p in (ROOT / folder).rglob("*.py"))
+    long = [
+        f"{path.relative_to(ROOT)}: {lines}"
+        for path in modules
+        if (lines := path.read_text(encoding="utf-8").count("\n")) > MODULE_LINES
+    ]
+    assert len(modules) > 100
+    assert long == [], "split these by concept:\n" + "\n".join(long)
