@@ -120,7 +120,7 @@ BUDGET_SCRIPT = """
 local key = KEYS[1]
 local window, ttl, max_tools = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local rows = tonumber(ARGV[4])
-local cells = {"n", "f", "r", "rs"}
+local cells = {"n", "f", "r", "rs", "u", "m"}
 local function bump(name)
   for i = 5 + rows, #ARGV do redis.call("HINCRBY", key, name .. ":" .. ARGV[i], 1) end
   local fields = {}
@@ -139,7 +139,7 @@ for row = 5, 4 + rows do
   if not known then
     local seen, count = {}, 0
     for _, field in ipairs(redis.call("HKEYS", key)) do
-      local name = string.match(field, "^(.*):[nfr]s?$")
+      local name = string.match(field, "^(.*):[nfrum]s?$")
       if name and name ~= "*" and not seen[name] then
         seen[name] = true
         count = count + 1
