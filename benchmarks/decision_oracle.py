@@ -8,9 +8,10 @@ turn that called no tool), beside the real errors of each tool's committed calls
 
 ``oracle`` is a bound on this benchmark's twins: per twin, choosing for every tool one of the
 runs off (K = 0: one call a turn, off's errors), K = 1, 2, 4 or 8 (depth 1), the fewest calls
-that remove at least as many real errors (of off's) as K = 4 does, found exactly by a knapsack
-over the errors removed. It is additive per tool — it ignores that one tool's K changes the turns
-that follow — so it says whether a target is within reach, not what a rule would get.
+per turn that remove at least as many real errors (of off's) as K = 4 does, found exactly by a
+knapsack over the errors removed inside a search on the rate (least ``calls - rate *
+turns``). It is additive per tool: it ignores that one tool's K changes the turns that follow,
+so it says whether a target is within reach on these twins, not what a rule would get.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ def split(rows: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
     }
 
 
+def settings_max(by_option: Mapping[int, Mapping[str, Mapping[str, int]]]) -> float:
+    """An upper bound on any choice's calls per turn: the most of any option's tool."""
+    return max(
+        (r.get("calls", 0) / r["turns"] for rows in by_option.values() for r in rows.values()
+         if r.get("turns")),
+        default=1.0,
+    )  # fmt: skip
+
+
 def oracle(by_option: Mapping[int, Mapping[str, Mapping[str, int]]]) -> dict[str, Any] | None:
     """The fewest calls per turn of a per-tool choice among ``OPTIONS`` (``by_option``: each
     option's ``tally``; 0 is off) removing at least K = 4's errors; None without them all."""
@@ -79,18 +89,26 @@ def oracle(by_option: Mapping[int, Mapping[str, Mapping[str, int]]]) -> dict[str
         return removed, (turns if k == 0 else row.get("calls", 0)), turns
 
     goal = sum(cost(4, t)[0] for t in tools)
-    best: dict[int, tuple[int, int]] = {0: (0, 0)}  # errors removed -> (calls, turns)
-    for tool in tools:
-        step: dict[int, tuple[int, int]] = {}
-        for removed, (calls, turns) in best.items():
-            for k in OPTIONS:
-                r, c, n = cost(k, tool)
-                key = removed + r
-                if key not in step or c + calls < step[key][0]:
-                    step[key] = (c + calls, n + turns)
-        best = step
-    reach = [v for removed, v in best.items() if removed >= goal]
-    calls, turns = min(reach)
+
+    def cheapest(rate: float) -> tuple[float, int, int]:
+        """Least ``calls - rate * turns`` of a choice removing ``goal``: (value, calls, turns)."""
+        best: dict[int, tuple[float, int, int]] = {0: (0.0, 0, 0)}  # removed -> best
+        for tool in tools:
+            step: dict[int, tuple[float, int, int]] = {}
+            for removed, (_, calls, turns) in best.items():
+                for k in OPTIONS:
+                    r, c, n = cost(k, tool)
+                    found = (c + calls - rate * (n + turns), c + calls, n + turns)
+                    if removed + r not in step or found < step[removed + r]:
+                        step[removed + r] = found
+            best = step
+        return min(v for removed, v in best.items() if removed >= goal)
+
+    low, high = 0.0, float(max(settings_max(by_option), 1))
+    for _ in range(40):  # the least calls per turn: the rate where the best value reaches 0
+        middle = (low + high) / 2
+        low, high = (low, middle) if cheapest(middle)[0] <= 0 else (middle, high)
+    _, calls, turns = cheapest(high)
     k4 = split(by_option[4])
     return {
         "removed": goal,

@@ -489,7 +489,8 @@ def spending(results: dict[Config, list[Any]]) -> list[dict[str, Any]]:
         mine = {c: eps for c, eps in results.items() if c.twin == twin and c.depth == 1}
         by_option = {0 if c.commit is None else c.budget: tally(eps) for c, eps in mine.items()}
         options = {k: v for k, v in by_option.items() if k in OPTIONS}
-        found = {"fidelity": twin.fidelity, "skill": twin.skill, "oracle": oracle(options)}
+        found = {"fidelity": twin.fidelity, "skill": twin.skill, "oracle": oracle(options),
+                 "tallies": {str(k): rows for k, rows in by_option.items()}}  # fmt: skip
         for name in (4, "auto"):
             if name in by_option:
                 found[f"K={name}"] = split(by_option[name])
@@ -498,7 +499,7 @@ def spending(results: dict[Config, list[Any]]) -> list[dict[str, Any]]:
         "\nCalls per turn (beyond the acting call; of those imagined observations) and the "
         "per-tool oracle removing K = 4's errors"
     )
-    print("\n| fidelity | skill | K = 4 | auto | oracle | oracle / K = 4 (extra) |")
+    print("\n| fidelity | skill | K = 4 | auto | oracle | oracle / K = 4 (beyond acting) |")
     print("|---:|---:|---|---|---|---:|")
 
     def show(s: dict[str, float] | None) -> str:
