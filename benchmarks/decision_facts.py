@@ -36,6 +36,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from benchmarks.decision_oracle import turn_split
 from rehearsal_gateway.clients.client import Rehearsal
 from rehearsal_gateway.twin.worlds import Task, World
 from rehearsal_gateway.twin.worlds.base import canonical_json
@@ -126,6 +127,9 @@ class TurnFacts:
     # a final answer); None when the turn carries no trace. What else the gateway could have
     # committed, for ``CallFacts.judge``.
     options: frozenset[str] | None = None
+    # The first trajectory's first tool (unrehearsed: the committed one), ``decision_oracle``.
+    anchor: str | None = None
+    imagined: int | None = None  # imagined observations in the trace
 
     @classmethod
     def read(cls, check: SchemaCheck, completion: Any) -> TurnFacts:
@@ -135,7 +139,8 @@ class TurnFacts:
         raw = (completion.model_extra or {}).get("rehearsal")
         if not isinstance(raw, dict):
             return cls(calls=len(committed), schema_invalid=invalid, invalid_with_valid=None,
-                       never_rehearsed=None, rehearsed=False)  # fmt: skip
+                       never_rehearsed=None, rehearsed=False,
+                       anchor=committed[0][0] if committed else None)  # fmt: skip
         trace = raw.get("trace")
         trajectories = trace if isinstance(trace, list) else None
         with_valid: bool | None = None
@@ -167,6 +172,8 @@ class TurnFacts:
             rehearsal_id=raw.get("id"),
             committed_trust=committed_trust,
             options=options,
+            anchor=None if trajectories is None else turn_split(trajectories)[0],
+            imagined=None if trajectories is None else turn_split(trajectories)[1],
         )
 
 
@@ -348,3 +355,4 @@ class Episode:
     calls: CallFacts = CallFacts()
     confirmed: int = 0  # questions (``confirm``) the user answered yes
     declined: int = 0  # and no
+    errors_by_tool: dict[str, int] = field(default_factory=dict)  # real errors per tool

@@ -37,7 +37,8 @@ committed by a repair; tasks worse / better than off (counted over task × seed 
 per turn (``n/a`` where the gateway does not report them). Then, at fidelity 0.0, engine calls per
 turn in the first and last third of each run and the first turn at which the gateway reports low
 trust (a tool whose trust policy is ``ignore_vetoes`` or ``off``) — fields a gateway may not
-report, printed ``n/a``.
+report, printed ``n/a``. Last, per twin, calls per turn of K = 4 and ``auto`` (beyond the acting
+call; imagined observations) and the per-tool oracle's (``benchmarks/decision_oracle.py``).
 
     python -m benchmarks.decisions [--seeds 3] [--seed-offset 0] [--json PATH] [--quick]
         [--policies anchored] [--classes unknown,no-reads] [--fidelities 1.0,0.0] [--skills 0.5]
@@ -51,6 +52,7 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -72,6 +74,7 @@ from benchmarks.decision_facts import (  # noqa: E402
     Twin,
     plan_user,
 )
+from benchmarks.decision_oracle import OPTIONS, oracle, split, tally  # noqa: E402
 from benchmarks.decision_report import report  # noqa: E402
 from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
 from benchmarks.rehearsal import world_request  # noqa: E402
@@ -249,6 +252,8 @@ async def run_config(
                     if ran is not None:
                         options = CallFacts.options_per_call(episode.turns)
                         episode.calls = CallFacts.judge(world, task, ran.calls, options)
+                        failed = Counter(name for name, _, bad in ran.calls if bad)
+                        episode.errors_by_tool = dict(failed)
                     episode.retries = client.retries - retried
                     episodes.append(episode)
                     progress.done += 1
@@ -477,6 +482,47 @@ def trust_table(url: str, key: str) -> list[dict[str, Any]]:
     return [{**row, "budget": learned.get(row["tool"])} for row in rows]
 
 
+def spending(results: dict[Config, list[Any]]) -> list[dict[str, Any]]:
+    """Per twin: calls per turn of K = 4 and auto (all, beyond the acting call, imagination)
+    and the per-tool oracle's (``decision_oracle``); printed, and returned for the JSON."""
+    rows = []
+    for twin in sorted({c.twin for c in results}, key=lambda t: (-t.fidelity, t.skill)):
+        mine = {c: eps for c, eps in results.items() if c.twin == twin and c.depth == 1}
+        by_option = {0 if c.commit is None else c.budget: tally(eps) for c, eps in mine.items()}
+        options = {k: v for k, v in by_option.items() if k in OPTIONS}
+        found = {"fidelity": twin.fidelity, "skill": twin.skill, "oracle": oracle(options),
+                 "tallies": {str(k): rows for k, rows in by_option.items()}}  # fmt: skip
+        for name in (4, "auto"):
+            if name in by_option:
+                found[f"K={name}"] = split(by_option[name])
+        rows.append(found)
+    print(
+        "\nCalls per turn (beyond the acting call; of those imagined observations) and the "
+        "per-tool oracle removing K = 4's errors"
+    )
+    print("\n| fidelity | skill | K = 4 | auto | oracle | oracle / K = 4 (beyond acting) |")
+    print("|---:|---:|---|---|---|---:|")
+
+    def show(s: dict[str, float] | None) -> str:
+        return (
+            "n/a"
+            if s is None
+            else f"{s['per_turn']:.2f} ({s['extra']:.2f}; "
+            + (f"{s['imagination']:.2f})" if "imagination" in s else f"{s['removed']} removed)")
+        )
+
+    for r in rows:
+        o = r["oracle"]
+        ratio = "n/a" if o is None else f"{o['of_k4']:.0%} ({_pct(o['extra_of_k4'])})"
+        print(f"| {r['fidelity']:.1f} | {r['skill']:.1f} | {show(r.get('K=4'))} "
+              f"| {show(r.get('K=auto'))} | {show(o)} | {ratio} |")  # fmt: skip
+    return rows
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     grid = _grid(args)
@@ -492,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         "grounding_gain": grid.grounding_gain, "classes": grid.classes, "tempting": grid.tempting,
     }  # fmt: skip
     document["trust_tables"] = run.trust
+    document["oracle"] = spending(run.results)
     document["wall_s"] = round(time.perf_counter() - began, 1)
     document["cpu_s"] = {name: round(value, 1) for name, value in run.cpu_s.items()}
     print(f"\nwall time {document['wall_s']} s (episodes {run.episodes_s:.0f} s); CPU seconds: "

@@ -171,8 +171,9 @@ class GatewaySettings(BaseSettings):
 
     # The learned budget, budget "auto" (rehearsal/auto.py, docs/rehearsal-knobs.md).
     auto_max_k: int = Field(default=4, ge=1)
-    auto_learning_k: int = Field(default=4, ge=0)
+    auto_learning_k: int = Field(default=2, ge=0)
     auto_min_samples: int = Field(default=8, ge=1)
+    auto_min_each: int = Field(default=3, ge=1)
     auto_quiet: float = Field(default=0.1, ge=0, le=1)
     auto_read_quiet: float = Field(default=0.2, ge=0, le=1)
     auto_probe_rate: float = Field(default=0.1, ge=0, le=1)

@@ -75,7 +75,7 @@ BUDGET_SCRIPT = (
 local key = KEYS[1]
 local window, ttl, max_tools = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local rows = tonumber(ARGV[4])
-local cells = {"n", "f", "r", "rs"}
+local cells = {"n", "f", "r", "rs", "u", "m"}
 local function bump(name)
   for i = 5 + rows, #ARGV do redis.call("HINCRBY", key, name .. ":" .. ARGV[i], 1) end
   local fields = fields_of(name, cells)
@@ -88,7 +88,7 @@ for row = 5, 4 + rows do
   local tool = ARGV[row]
   local known = redis.call("HEXISTS", key, tool .. ":n") == 1
     or redis.call("HEXISTS", key, tool .. ":r") == 1
-  if not known then known = tool_rows("^(.*):[nfr]s?$") < max_tools end
+  if not known then known = tool_rows("^(.*):[nfrum]s?$") < max_tools end
   if known then bump(tool) end
 end
 bump("*")

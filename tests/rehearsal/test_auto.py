@@ -46,23 +46,26 @@ def k_of(tool: str = "t", risk: Any = "unknown", policy: Any = "trusted", **tabl
 
 
 def test_counts_read_from_the_store_and_their_rates() -> None:
-    """Stored fields read as counts (junk as 0); need and replacement success follow them."""
-    counts = AutoCounts.from_mapping({"n": "6", "f": 2, "r": 2, "rs": "x", "other": 9})
-    assert counts == AutoCounts(n=6, f=2, r=2, rs=0)
-    assert (counts.samples, counts.need, counts.replaced_ok) == (8, 0.25, 0.0)
+    """Stored fields read as counts (junk as 0); catch, gain and replacement success follow."""
+    counts = AutoCounts.from_mapping({"n": "6", "f": 2, "u": 4, "r": 2, "rs": "x", "other": 9})
+    assert counts == AutoCounts(n=6, f=2, r=2, rs=0, u=4)
+    assert (counts.samples, counts.imagined, counts.catch, counts.replaced_ok) == (8, 4, 0.0, 0.0)
+    assert counts.gain == 0.5 - 0.5
     assert AutoCounts.from_mapping({"n": None, "f": -3}) == AutoCounts()
-    assert (AutoCounts().need, AutoCounts().replaced_ok) == (None, None)
+    assert (AutoCounts().catch, AutoCounts().gain, AutoCounts().replaced_ok) == (None, None, None)
+    assert AutoCounts(n=4, u=4, f=1).gain is None  # nothing imagined yet
 
 
 @pytest.mark.parametrize(
     ("replaced", "error", "imagined", "cells"),
-    [(False, False, False, ("n",)), (False, True, False, ("n", "f")),
-     (False, True, True, ("n",)), (True, False, True, ("r", "rs")), (True, True, True, ("r",))],
+    [(False, False, False, ("n", "u")), (False, True, False, ("n", "u", "f")),
+     (False, False, True, ("n",)), (False, True, True, ("n", "m")),
+     (True, False, True, ("r", "rs")), (True, True, True, ("r",))],
 )  # fmt: skip
 def test_a_real_result_lands_in_its_cells(
     replaced: bool, error: bool, imagined: bool, cells: tuple
 ) -> None:
-    """A failure counts towards need only unimagined; a replacement that worked always does."""
+    """Unimagined and imagined kept anchors, and replacements, are counted apart."""
     assert auto_cells(replaced, error, imagined) == cells
 
 
@@ -74,48 +77,56 @@ def test_destructive_tools_get_the_most_and_doubted_imagination_gets_nothing() -
     assert k_of(policy="ignore_vetoes") == 0
 
 
-def test_too_few_results_learn_and_a_tool_borrows_its_class_then_the_tenant() -> None:
-    """Under min_samples of the tool, its class's pool and the tenant: learning_k; else the
-    first pool with enough results."""
+def test_too_few_results_learn_and_a_tool_borrows_its_class_never_the_tenant() -> None:
+    """Under min_samples of the tool and its class's pool (or under min_each imagined):
+    learning_k, whatever the tenant's pool says; else the class's pool."""
     assert k_of() == SETTINGS.learning_k
-    assert k_of(t=AutoCounts(n=3, f=3), **{"*": AutoCounts(n=5)}) == SETTINGS.learning_k
-    k, why = budget_for("t", "unknown", "trusted", {"*": AutoCounts(n=40)}, SETTINGS)
-    assert (k, why) == (0, "too few results of t; the tenant's 40: need 0.00 < 0.1")
-    table = {"*": AutoCounts(n=40), "*write": AutoCounts(n=8, r=4, rs=4)}
+    assert k_of(t=AutoCounts(n=3, f=3), **{"*": AutoCounts(n=40)}) == SETTINGS.learning_k
+    assert k_of(t=AutoCounts(n=20, u=18)) == SETTINGS.learning_k  # 2 imagined
+    table = {"*": AutoCounts(n=40), "*write": AutoCounts(n=8, u=4, f=4, r=4, rs=4)}
     k, why = budget_for("t", "write", "trusted", table, SETTINGS)
-    assert (k, why) == (SETTINGS.max_k, "too few results of t; its class's 12: need 0.33 >= 0.1")
+    assert (k, why) == (SETTINGS.max_k, "t borrows its class's 12: gain 1.00 >= 0.1")
+    k, why = budget_for("t", "read_only", "trusted", {"*read_only": AutoCounts(n=40)}, SETTINGS)
+    assert (k, why) == (0, "t borrows its class's 40: catch 0.00 < 0.2")
 
 
-def test_need_decides_whether_imagination_pays() -> None:
-    """Quiet tools get 0; a tool where imagination caught failures, or failures went by
-    unimagined, gets max_k (nothing in between: K beyond the anchor is nearly free)."""
-    assert k_of(t=AutoCounts(n=20, f=1)) == 0
-    assert k_of(t=AutoCounts(n=16, f=1, r=4, rs=1)) == SETTINGS.max_k
-    assert k_of(t=AutoCounts(n=16, f=3)) == SETTINGS.max_k
-    assert k_of(t=AutoCounts(n=16, r=4, rs=0)) == 0  # replacements that failed caught nothing
+def test_what_imagination_caught_decides_whether_it_pays() -> None:
+    """Rare successful vetoes: 0; too few unimagined results: 0, held out to measure them;
+    then max_k where imagined turns fail less often than unimagined ones (nothing in between:
+    K beyond the anchor is nearly free), 0 where they fail as often (vetoes that are noise)."""
+    assert k_of(t=AutoCounts(n=16, f=1, r=1, rs=1)) == 0  # catch 1/17
+    k, why = budget_for("t", "unknown", "trusted", {"t": AutoCounts(n=16, r=4, rs=4)}, SETTINGS)
+    assert (k, why) == (0, "20 results of t: 0 unimagined, held out")
+    assert k_of(t=AutoCounts(n=16, u=4, f=2, r=4, rs=4)) == SETTINGS.max_k  # 0.5 against 0
+    noise = AutoCounts(n=16, u=8, f=4, m=4, r=4, rs=2)  # 0.5 against 0.5
+    assert k_of(t=noise) == 0
+    assert budget_for("t", "unknown", "trusted", {"t": noise}, SETTINGS)[1].endswith(
+        "gain 0.00 < 0.1"
+    )
 
 
 def test_reads_give_way_sooner() -> None:
     """A read's quiet threshold is read_quiet."""
-    between = AutoCounts(n=20, f=3)  # need 0.15
+    between = AutoCounts(n=20, u=10, f=5, m=5, r=5, rs=5)  # gain 0.5 - 5/15
     k, why = budget_for("t", "read_only", "trusted", {"t": between}, SETTINGS)
-    assert (k, why) == (0, "20 results of t: need 0.15 < 0.2")
+    assert (k, why) == (0, "25 results of t: gain 0.17 < 0.2")
     assert k_of(t=between) == SETTINGS.max_k
 
 
 def test_the_table_and_the_route_row() -> None:
     """``budgets`` per tool (missing class and trust: unknown, trusted); one route row."""
-    table = {"a": AutoCounts(n=20), "b": AutoCounts(n=10, f=5)}
+    table = {"a": AutoCounts(n=20), "b": AutoCounts(n=10, u=5, f=5, r=5, rs=5)}
     risks = {"b": "read_only"}
     assert budgets(["a", "b", "c"], risks, {"c": "off"}, table, SETTINGS) == {
         "a": 0, "b": SETTINGS.max_k, "c": 0,
     }  # fmt: skip
     row = auto_row("b", "read_only", "trusted", table, SETTINGS)
     assert row == {
-        "tool": "b", "samples": 10, "counts": {"n": 10, "f": 5, "r": 0, "rs": 0},
-        "need": 0.5, "replaced_ok": None, "budget": 4, "why": "10 results of b: need 0.50 >= 0.2",
+        "tool": "b", "samples": 15, "counts": {"n": 10, "f": 5, "r": 5, "rs": 5, "u": 5, "m": 0},
+        "catch": 0.5, "gain": 1.0, "replaced_ok": 1.0, "budget": 4,
+        "why": "15 results of b: gain 1.00 >= 0.2",
     }  # fmt: skip
-    assert auto_row("z", "unknown", "trusted", {}, SETTINGS)["need"] is None
+    assert auto_row("z", "unknown", "trusted", {}, SETTINGS)["gain"] is None
     assert (
         auto_row("r", "unknown", "trusted", {"r": AutoCounts(n=8, r=2, rs=1)}, SETTINGS)[
             "replaced_ok"

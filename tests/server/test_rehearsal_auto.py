@@ -25,7 +25,12 @@ from tests.server.rehearsal_support import (
 )
 
 KEYS = ("auto-key-a", "auto-key-b")
-ENV = {"RGW_API_KEYS": ",".join(KEYS), "RGW_AUTO_MIN_SAMPLES": "2", "RGW_AUTO_PROBE_RATE": "0"}
+ENV = {
+    "RGW_API_KEYS": ",".join(KEYS),
+    "RGW_AUTO_MIN_SAMPLES": "2",
+    "RGW_AUTO_MIN_EACH": "2",
+    "RGW_AUTO_PROBE_RATE": "0",
+}
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +61,10 @@ def _answered(stack: Stack, key: str, seed: int) -> dict[str, Any]:
 
 
 def test_a_tool_that_never_needed_imagination_learns_k_zero(stack: Stack) -> None:
-    """learning_k at first; after two real successes of an imagined-clean anchor, K = 0."""
+    """learning_k at first; after two real successes of imagined anchors no veto replaced, K = 0."""
     _, first = _first(stack, KEYS[0], 0)
     summary = rehearsal_of(first)
-    assert summary["auto"] == {"budget": 4, "why": "too few real results yet", "probe": False}
+    assert summary["auto"] == {"budget": 2, "why": "too few real results yet", "probe": False}
     tool = first.choices[0].message.tool_calls[0].function.name
     for seed in range(2):
         _answered(stack, KEYS[0], seed)
@@ -67,7 +72,7 @@ def test_a_tool_that_never_needed_imagination_learns_k_zero(stack: Stack) -> Non
     _, later = _first(stack, KEYS[0], 7)
     summary = rehearsal_of(later)
     assert (summary["auto"]["budget"], summary["engine_calls"]) == (0, 1)
-    assert summary["auto"]["why"].startswith(f"2 results of {tool}: need 0.00")
+    assert summary["auto"]["why"].startswith(f"2 results of {tool}: catch 0.00")
     after = metric_value(stack.gateway.url, "rehearsal_gateway_auto_budgets_total", budget="0")
     assert after == before + 1
     table = httpx.get(
@@ -80,7 +85,7 @@ def test_a_tool_that_never_needed_imagination_learns_k_zero(stack: Stack) -> Non
     assert table["settings"]["min_samples"] == 2
     # Another tenant learned nothing.
     _, other = _first(stack, KEYS[1], 7)
-    assert rehearsal_of(other)["auto"]["budget"] == 4
+    assert rehearsal_of(other)["auto"]["budget"] == 2
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,119 @@
+"""Where a learned budget's engine calls go, and the fewest any per-tool K rule could spend.
+
+Each rehearsed turn's calls split into the acting call (one per turn, whatever K), imagination
+(the imagined observations in its trace: what ``budget: "auto"`` exists to save) and the rest
+(alternatives sampled once the anchor was vetoed, repairs). ``turn_split`` reads that from a
+turn's trace; ``tally`` sums it per anchor tool (the first trajectory's first call; ``-`` for a
+turn that called no tool), beside the real errors of each tool's committed calls.
+
+``oracle`` is a bound on this benchmark's twins: per twin, choosing for every tool one of the
+runs off (K = 0: one call a turn, off's errors), K = 1, 2, 4 or 8 (depth 1), the fewest calls
+per turn that remove at least as many real errors (of off's) as K = 4 does, found exactly by a
+knapsack over the errors removed inside a search on the rate (least ``calls - rate *
+turns``). It is additive per tool: it ignores that one tool's K changes the turns that follow,
+so it says whether a target is within reach on these twins, not what a rule would get.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+NO_TOOL = "-"
+OPTIONS = (0, 1, 2, 4, 8)
+
+
+def turn_split(trajectories: list[Any] | None) -> tuple[str, int]:
+    """A traced turn's anchor tool and its imagined observations."""
+    anchor, imagined = NO_TOOL, 0
+    for index, trajectory in enumerate(trajectories or ()):
+        steps = trajectory.get("steps") if isinstance(trajectory, dict) else None
+        for number, step in enumerate(steps or ()):
+            observations = step.get("observations") or ()
+            imagined += sum(o.get("source") == "imagined" for o in observations)
+            calls = (step.get("turn") or {}).get("tool_calls") or ()
+            if index == number == 0 and calls:
+                anchor = str(calls[0].get("name"))
+    return anchor, imagined
+
+
+def tally(episodes: Iterable[Any]) -> dict[str, dict[str, int]]:
+    """Per anchor tool: turns, engine calls, imagined observations; per tool, real errors.
+    A turn without a reported call count counts as one call (rehearsal off)."""
+    rows: dict[str, Counter[str]] = {}
+    for episode in episodes:
+        for turn in episode.turns:
+            row = rows.setdefault(turn.anchor or NO_TOOL, Counter())
+            row["turns"] += 1
+            row["calls"] += turn.engine_calls if turn.engine_calls is not None else 1
+            row["imagined"] += turn.imagined or 0
+        for tool, errors in episode.errors_by_tool.items():
+            rows.setdefault(tool, Counter())["errors"] += errors
+    return {tool: dict(row) for tool, row in rows.items()}
+
+
+def split(rows: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
+    """Calls per turn: total, beyond the acting call, and of those imagination."""
+    turns = sum(r.get("turns", 0) for r in rows.values()) or 1
+    calls = sum(r.get("calls", 0) for r in rows.values())
+    imagined = sum(r.get("imagined", 0) for r in rows.values())
+    return {
+        "per_turn": calls / turns,
+        "extra": (calls - turns) / turns,
+        "imagination": imagined / turns,
+    }
+
+
+def settings_max(by_option: Mapping[int, Mapping[str, Mapping[str, int]]]) -> float:
+    """An upper bound on any choice's calls per turn: the most of any option's tool."""
+    return max(
+        (r.get("calls", 0) / r["turns"] for rows in by_option.values() for r in rows.values()
+         if r.get("turns")),
+        default=1.0,
+    )  # fmt: skip
+
+
+def oracle(by_option: Mapping[int, Mapping[str, Mapping[str, int]]]) -> dict[str, Any] | None:
+    """The fewest calls per turn of a per-tool choice among ``OPTIONS`` (``by_option``: each
+    option's ``tally``; 0 is off) removing at least K = 4's errors; None without them all."""
+    if any(k not in by_option for k in OPTIONS):
+        return None
+    off = by_option[0]
+    tools = sorted({t for rows in by_option.values() for t in rows})
+
+    def cost(k: int, tool: str) -> tuple[int, int, int]:
+        row = by_option[k].get(tool, {})
+        removed = off.get(tool, {}).get("errors", 0) - row.get("errors", 0)
+        turns = row.get("turns", 0)
+        return removed, (turns if k == 0 else row.get("calls", 0)), turns
+
+    goal = sum(cost(4, t)[0] for t in tools)
+
+    def cheapest(rate: float) -> tuple[float, int, int]:
+        """Least ``calls - rate * turns`` of a choice removing ``goal``: (value, calls, turns)."""
+        best: dict[int, tuple[float, int, int]] = {0: (0.0, 0, 0)}  # removed -> best
+        for tool in tools:
+            step: dict[int, tuple[float, int, int]] = {}
+            for removed, (_, calls, turns) in best.items():
+                for k in OPTIONS:
+                    r, c, n = cost(k, tool)
+                    found = (c + calls - rate * (n + turns), c + calls, n + turns)
+                    if removed + r not in step or found < step[removed + r]:
+                        step[removed + r] = found
+            best = step
+        return min(v for removed, v in best.items() if removed >= goal)
+
+    low, high = 0.0, float(max(settings_max(by_option), 1))
+    for _ in range(40):  # the least calls per turn: the rate where the best value reaches 0
+        middle = (low + high) / 2
+        low, high = (low, middle) if cheapest(middle)[0] <= 0 else (middle, high)
+    _, calls, turns = cheapest(high)
+    k4 = split(by_option[4])
+    return {
+        "removed": goal,
+        "per_turn": calls / max(turns, 1),
+        "extra": (calls - turns) / max(turns, 1),
+        "of_k4": calls / max(turns, 1) / k4["per_turn"],
+        "extra_of_k4": ((calls - turns) / max(turns, 1)) / k4["extra"] if k4["extra"] else None,
+    }
