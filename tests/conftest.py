@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from hypothesis import strategies as st
 
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server
 from tests.support.vllm import VllmEnvMissing, start_vllm
@@ -15,6 +16,16 @@ from tests.support.vllm import VllmEnvMissing, start_vllm
 # loaded 2-core machine a pure parser example overran it. Examples stay bounded by count.
 settings.register_profile("project", deadline=None)
 settings.load_profile("project")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build Hypothesis's Unicode tables before any test runs.
+
+    In a fresh clone the first text strategy builds them (a pass over every code point, cached
+    in ``.hypothesis/``): 1.5 s on a quiet machine, past pytest-timeout's 120 s under CPU stress.
+    That is the test tool's one-time set-up, so it runs here, outside every test's timeout.
+    """
+    st.text().validate()
 
 
 @pytest.fixture
