@@ -207,8 +207,12 @@ def test_once_unreachable_gateway_exits_nonzero() -> None:
     assert "Retrying" not in output
 
 
+# A user's shell starts the program with SIGINT at its default; a child inherits an ignored
+# SIGINT from its parent (something in a long test session may ignore it), and Python then
+# installs no KeyboardInterrupt at all. The script restores Python's own handler first.
 _LIVE_SCRIPT = """
-import argparse, sys
+import argparse, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from rehearsal_gateway.clients import top
 parser = argparse.ArgumentParser()
 top.register(parser.add_subparsers())
