@@ -49,6 +49,13 @@ class BudgetCaps:
     max_depth: int = 4
     max_deadline_ms: int = 120_000
     max_temperature: float = 2.0
+    # The most K a learned budget (``"auto"``) spends: with ``max_budget``, its bound, which is
+    # what fair use charges it.
+    auto_max_k: int = 4
+
+    @property
+    def auto_bound(self) -> int:
+        return min(self.max_budget, self.auto_max_k)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +78,8 @@ class Budget:
     # A destructive call with evidence against it that no rule could act on becomes a question
     # to the user instead (rehearsal.confirm).
     confirm: bool = False
-    # ``budget: "auto"``: ``budget`` is the cap, and the anchor's tool's learned K is spent.
+    # ``budget: "auto"``: ``budget`` is its bound (``BudgetCaps.auto_bound``), and the anchor's
+    # tool's learned K is spent.
     auto: bool = False
 
     @property
@@ -267,7 +275,7 @@ def resolve_budget(
     if "budget" in chosen:  # a request's own budget, learned or fixed, over the default's
         chosen["auto"] = chosen["budget"] == AUTO
     if chosen.get("auto", defaults.auto):
-        chosen["budget"] = caps.max_budget  # the bound; the learned K is chosen per anchor
+        chosen["budget"] = caps.auto_bound  # the learned K is chosen per anchor, within it
     # ``Budget(**...)`` over ``to_dict`` (held to every field by a test), not ``replace``, which
     # walks the dataclass's fields in Python on every rehearsed request.
     merged = defaults.to_dict() | chosen

@@ -203,7 +203,8 @@ def whole_problems(settings: GatewaySettings) -> list[tuple[str, str]]:
         else:
             problems.append((f"rehearsal_{knob}", f"the default {knob} {exc.message}{cap}"))
     default_k = settings.rehearsal_budget
-    cost = (settings.max_budget if default_k == "auto" else default_k) * settings.rehearsal_depth
+    bound = min(settings.max_budget, settings.auto_max_k)  # what fair use charges auto
+    cost = (bound if default_k == "auto" else default_k) * settings.rehearsal_depth
     if settings.rehearsal_mode != "off" and 0 < settings.limit_max_cost < cost:
         problems.append(("limit_max_cost", (
             f"is below the default rehearsal's cost (budget x depth = {cost}): every "
@@ -211,7 +212,7 @@ def whole_problems(settings: GatewaySettings) -> list[tuple[str, str]]:
         )))  # fmt: skip
     for suffix in settings.model_switch:
         budget = suffix.partition("-")[2]
-        if budget and not 0 <= int(budget) <= settings.max_budget:
+        if budget and budget != "auto" and not 0 <= int(budget) <= settings.max_budget:
             problems.append(("model_switch", (
                 f"@{suffix}: the budget must be between 0 and {settings.max_budget} "
                 f"(the cap, {variable('max_budget')})"

@@ -17,9 +17,10 @@ from ..settings import REHEARSAL_PRIORITY, GatewaySettings
 
 
 def budget_defaults(settings: GatewaySettings) -> Budget:
-    """The knobs' defaults; ``budget: auto`` is the cap as the bound, learned per anchor."""
+    """The knobs' defaults; ``budget: auto`` is learned per anchor within its bound, the caps'
+    ``auto_bound``."""
     if settings.rehearsal_budget == "auto":
-        learned = {"budget": settings.max_budget, "auto": True}
+        learned = {"budget": budget_caps(settings).auto_bound, "auto": True}
         return settings.values_for(Budget, prefix="rehearsal_", **learned)
     return settings.values_for(Budget, prefix="rehearsal_")
 

@@ -143,7 +143,7 @@ class GatewaySettings(BaseSettings):
 
     # Rehearsal defaults when a request sets no knob (body > headers > these); off: a drop-in.
     rehearsal_mode: Literal["off", "parallel", "sequential"] = "off"
-    # K trajectories, or "auto": learned per tenant and tool within max_budget (rehearsal/auto.py).
+    # K trajectories, or "auto": learned per tenant and tool, up to auto_max_k (rehearsal/auto.py).
     rehearsal_budget: Annotated[int, Field(ge=0)] | Literal["auto"] = 4
     rehearsal_depth: int = Field(default=1, ge=1)
     rehearsal_commit: Literal["anchored", "reflect", "select"] = "anchored"
@@ -359,8 +359,11 @@ class GatewaySettings(BaseSettings):
     def check_switches(cls, value: list[str]) -> list[str]:
         for suffix in value:
             mode, _, budget = suffix.strip().partition("-")
-            if mode not in ("off", "parallel", "sequential") or (budget and not budget.isdigit()):
-                raise ValueError(f"a switch is MODE or MODE-BUDGET (parallel-4), got {suffix!r}")
+            numbered = budget.isdigit() or budget == "auto"
+            if mode not in ("off", "parallel", "sequential") or (budget and not numbered):
+                raise ValueError(
+                    f"a switch is MODE or MODE-BUDGET (parallel-4, parallel-auto), got {suffix!r}"
+                )
         return [suffix.strip() for suffix in value]
 
     def values_for(self, cls: type[T], prefix: str = "", **given: Any) -> T:

@@ -107,12 +107,15 @@ def test_a_bad_file_is_refused_naming_the_key(tmp_path: Path, text: str, says: s
     assert says in str(refused.value)
 
 
-def test_an_auto_default_budget_is_the_cap_learned_per_anchor(tmp_path: Path) -> None:
-    """``rehearsal_budget: auto`` loads; the default budget is the cap, with ``auto`` set."""
+def test_an_auto_default_budget_is_its_bound_learned_per_anchor(tmp_path: Path) -> None:
+    """``rehearsal_budget: auto`` loads; the default budget is auto's bound (the least of
+    ``max_budget`` and ``auto_max_k``), with ``auto`` set."""
     loaded = load_settings(Given(config_file=_file(tmp_path, "rehearsal_budget: auto\n")))
     settings = loaded.settings
     defaults = budget_defaults(settings)
-    assert (settings.rehearsal_budget, defaults.auto, defaults.budget) == ("auto", True, 8)
+    assert (settings.rehearsal_budget, defaults.auto, defaults.budget) == ("auto", True, 4)
+    wide = _file(tmp_path, "rehearsal_budget: auto\nauto_max_k: 16\nmax_budget: 6\n")
+    assert budget_defaults(load_settings(Given(config_file=wide)).settings).budget == 6
 
 
 def test_config_command_prints_values_and_sources(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.server.conftest import TWIN_MODEL, metric_value
@@ -24,12 +25,13 @@ from tests.server.rehearsal_support import (
     running_stack,
 )
 
-KEYS = ("auto-key-a", "auto-key-b")
+KEYS = ("auto-key-a", "auto-key-b", "auto-key-cost")
 ENV = {
     "RGW_API_KEYS": ",".join(KEYS),
     "RGW_AUTO_MIN_SAMPLES": "2",
     "RGW_AUTO_MIN_EACH": "2",
     "RGW_AUTO_PROBE_RATE": "0",
+    "RGW_LIMIT_MAX_COST": "4",  # auto's bound (auto_max_k 4) at depth 1, and no more
 }
 
 
@@ -40,6 +42,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     twin_args = ("--skill", "1.0", "--fidelity", "1.0", "--seed", "2")
     with running_stack(logs, twin_args=twin_args, env=ENV) as s:
         yield s
+
+
+def test_fair_use_charges_auto_its_bound_not_the_budget_cap(stack: Stack) -> None:
+    """The cost cap weighs ``auto`` at the most it can spend (``auto_max_k``, 4), not at
+    ``RGW_MAX_BUDGET`` (8): depth 1 fits a cap of 4, depth 2 is a 400 naming the product."""
+    client, world = stack.sdk(api_key=KEYS[2]), stack.world
+    messages = opening(world, world.tasks[0])
+    assert rehearsal_of(chat(client, world, messages, budget="auto", depth=1))["auto"]
+    with pytest.raises(openai.BadRequestError) as refused:
+        chat(client, world, messages, budget="auto", depth=2)
+    assert refused.value.body["param"] == "rehearsal.budget"
+    assert "budget x depth = 8" in refused.value.body["message"]
 
 
 def _first(stack: Stack, key: str, seed: int) -> tuple[list[dict[str, Any]], Any]:

@@ -60,6 +60,17 @@ def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
             "RGW_LIMIT_MAX_COST=2: is below the default rehearsal's cost (budget x depth = 4)",
             id="cross-field",
         ),
+        pytest.param(
+            (),
+            {
+                "RGW_LIMIT_MAX_COST": "3",
+                "RGW_REHEARSAL_MODE": "parallel",
+                "RGW_REHEARSAL_BUDGET": "auto",
+                "RGW_REHEARSAL_DEPTH": "2",
+            },
+            "RGW_LIMIT_MAX_COST=3: is below the default rehearsal's cost (budget x depth = 8)",
+            id="cross-field-auto",
+        ),
     ],
 )
 def test_bad_settings_stop_serve_with_one_line(
