@@ -7,8 +7,9 @@ and the ``SchemaCheck`` of the world whose tools were offered, and says:
   the way the world's tools enforce it (an object schema that lists ``properties`` refuses keys
   it does not list, docs/twin.md), and whether a schema-valid *rehearsed* candidate existed;
 - whether the committed action was never rehearsed: the summary's ``committed_rehearsed`` when
-  the gateway reports it (not counting early exits and the ``trust_off`` path), else worked out
-  from the trace (the committed calls are no trajectory's first action, and no early exit);
+  the gateway reports it (not counting early exits and the ``trust_off`` and ``auto_off``
+  paths), else worked out from the trace (the committed calls are no trajectory's first
+  action, and no early exit);
 - the trust fields when present: ``engine_calls``, ``commit_path``, ``commit_check``,
   ``checked_vetoes`` and whether any tool's trust policy (``trust`` maps a tool to its policy,
   or to an object with a ``policy``) says imagination is not trusted.
@@ -38,6 +39,7 @@ from jsonschema import Draft202012Validator
 
 from benchmarks.decision_oracle import turn_split
 from rehearsal_gateway.clients.client import Rehearsal
+from rehearsal_gateway.rehearsal.decision import UNIMAGINED
 from rehearsal_gateway.twin.worlds import Task, World
 from rehearsal_gateway.twin.worlds.base import canonical_json
 
@@ -198,7 +200,7 @@ def _never_rehearsed(
     committed: list[tuple[str, Any]],
     trajectories: list[Any] | None,
 ) -> bool | None:
-    if not committed or raw.get("early_exit") or raw.get("commit_path") == "trust_off":
+    if not committed or raw.get("early_exit") or raw.get("commit_path") in UNIMAGINED:
         return False
     reported = raw.get("committed_rehearsed")
     if isinstance(reported, bool):

@@ -20,6 +20,9 @@ from .memory import MemoryEntry
 from .messages import AssistantTurn, Message
 from .trace import RehearsalResult, Step, Timings, Trajectory
 
+# The paths of a call committed unimagined on purpose: by trust, or by the learned budget's K = 0.
+UNIMAGINED = frozenset({"trust_off", "auto_off"})
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -50,22 +53,33 @@ def decided(selection: Selection, path: str, why: str | None = None) -> Decision
 
 
 def unrehearsed_by_trust(ctx: RehearsalContext, decision: Decision) -> Decision:
-    """Say so when the committed call went unimagined because trust switched its tools off.
+    """Say so when the committed call went unimagined because trust, or the learned budget,
+    switched its tools off.
 
     Whatever route chose it (``select``'s vote, a fallback, a schema-valid alternative to an
-    invalid anchor), a call whose walk trust skipped (a tool under ``off``, or under
-    ``ignore_vetoes`` outside the probe rate) was not rehearsed on purpose, so its path is
-    ``trust_off`` and the route stays in ``why``. Any other commit that went unimagined keeps
-    its path and reads ``committed_rehearsed: false``.
+    invalid anchor), a call whose walk was skipped (a tool under trust's ``off``, or under
+    ``ignore_vetoes`` outside the probe rate; a tool ``auto`` gave K = 0) was not rehearsed on
+    purpose, so its path is ``trust_off`` or ``auto_off`` and the route stays in ``why``. Any
+    other commit that went unimagined keeps its path and reads ``committed_rehearsed: false``.
     """
-    if decision.path == "trust_off" or decision.turn.is_answer:
+    if decision.path in UNIMAGINED or decision.turn.is_answer:
         return decision
     signature = decision.turn.signature
     if not any(w.ended == "skipped" and len(w.steps) == 1 and w.steps[0].turn.signature == signature
                for w in ctx.walks):  # fmt: skip
         return decision
-    why = f"{decision.path}, not imagined: trust switched imagination off; {decision.why}"
-    return replace(decision, path="trust_off", why=why)
+    path = unimagined_path(ctx, decision.turn)
+    who = "the learned budget" if path == "auto_off" else "trust"
+    why = f"{decision.path}, not imagined: {who} switched imagination off; {decision.why}"
+    return replace(decision, path=path, why=why)
+
+
+def unimagined_path(ctx: RehearsalContext, turn: AssistantTurn) -> str:
+    """``auto_off`` when the learned budget gave a tool of ``turn`` K = 0, else ``trust_off``."""
+    learned = ctx.request.auto
+    if ctx.budget.auto and any(learned.get(c.name, (1, ""))[0] == 0 for c in turn.tool_calls):
+        return "auto_off"
+    return "trust_off"
 
 
 def outvoted_by_samples(ctx: RehearsalContext, anchor: AssistantTurn) -> str | None:
@@ -193,7 +207,8 @@ def anchored_choice(ctx: RehearsalContext) -> Decision:
         outvoted = outvoted_by_samples(ctx, anchor.first_turn)
         if outvoted is not None:
             return outvoted_choice(ctx, trajectories, outvoted)
-        path = "trust_off" if anchor.outcome == "unrehearsed" else "anchor"
+        unimagined = anchor.outcome == "unrehearsed"
+        path = unimagined_path(ctx, anchor.first_turn) if unimagined else "anchor"
         path = "read" if found == "read" else path
         why = f"anchor kept ({found})"
         return Decision(anchor.first_turn, why, path, 0, 0, unconditional=True)

@@ -52,7 +52,7 @@ OUTCOMES = ("ok", "error")  # imagined or real outcome of one committed call
 TRUST_POLICIES = ("trusted", "learning", "ignore_vetoes", "off")
 AUTO_BUDGETS = ("0", "probe", "2", "4")  # the learned K's usual values (rehearsal.auto)
 COMMIT_PATHS = (
-    "anchor", "anchor_vetoed", "replaced", "valid_fallback", "trust_off", "selected",
+    "anchor", "anchor_vetoed", "replaced", "valid_fallback", "trust_off", "auto_off", "selected",
     "reflected", "reflect_fallback", "least_bad", "repaired", "early_exit", "salvaged", "read",
     "confirm",
 )  # fmt: skip

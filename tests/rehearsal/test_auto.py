@@ -146,13 +146,16 @@ def resolve(body: Any = None, headers: Any = None, defaults: Budget = PLAIN) -> 
 
 
 def test_auto_from_the_body_a_header_or_the_default() -> None:
-    """``"auto"`` in any case sets ``auto`` with the cap as the bound; a number clears it."""
+    """``"auto"`` in any case sets ``auto`` with its bound (the least of the budget cap and
+    ``auto_max_k``); a number clears it."""
     got = resolve({"budget": "auto"})
-    assert (got.auto, got.budget, got.active) == (True, CAPS.max_budget, True)
+    assert (got.auto, got.budget, got.active) == (True, CAPS.auto_max_k, True)
+    small = BudgetCaps(max_budget=2)
+    assert resolve_budget({"budget": "auto"}, None, defaults=PLAIN, caps=small).budget == 2
     assert resolve(None, {"X-Rehearsal-Budget": " AUTO "}).auto is True
     default = Budget(mode="off", auto=True)
     assert resolve({"budget": "auto"}, defaults=Budget(mode="off")).mode == "parallel"
-    assert resolve(None, {"X-Rehearsal-Depth": "2"}, defaults=default).budget == CAPS.max_budget
+    assert resolve(None, {"X-Rehearsal-Depth": "2"}, defaults=default).budget == CAPS.auto_bound
     assert resolve({"budget": 3}, defaults=default) == Budget(mode="parallel", budget=3)
     assert resolve({"budget": 2}, defaults=Budget(mode="parallel", auto=True)).auto is False
 
@@ -198,7 +201,20 @@ async def test_a_tool_that_learned_zero_is_committed_unimagined() -> None:
     engine = ScriptedGenerator().enqueue(acting(GET), role="act")
     result = await run(engine, {"get_order": (0, "quiet")})
     assert (result.turn, result.engine_calls, result.budget.budget) == (GET, 1, 1)
+    assert (result.commit_path, result.committed_rehearsed) == ("auto_off", False)
     assert result.summary()["auto"] == {"budget": 0, "why": "quiet", "probe": False}
+
+
+async def test_a_fallback_to_a_tool_that_learned_zero_says_auto_off() -> None:
+    """A check-vetoed anchor keeps the cap's alternatives; the valid one, of a tool that learned
+    K = 0, is committed unimagined: path ``auto_off``, not trust's."""
+    engine = ScriptedGenerator().enqueue(acting(INVALID), acting(OTHER), role="act")
+    result = await run(engine, {"get_order": (0, "quiet")})
+    assert (result.turn, result.commit_path, result.committed_rehearsed) == (
+        OTHER, "auto_off", False,
+    )  # fmt: skip
+    assert result.why.startswith("valid_fallback, not imagined: the learned budget switched")
+    assert engine.by_role("rehearse") == []
 
 
 async def test_a_probe_imagines_a_quiet_tool_once() -> None:
