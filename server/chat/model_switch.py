@@ -3,7 +3,8 @@
 For clients that can choose a model name but can set neither body fields nor headers (a chat UI,
 a framework with a fixed request shape), as optillm chooses its technique by a name prefix. It is
 opt-in: the operator lists the suffixes offered (``RGW_MODEL_SWITCH=parallel-4,sequential-2``),
-each ``MODE`` or ``MODE-BUDGET``; ``/v1/models`` lists every served model and alias with each of
+each ``MODE`` or ``MODE-BUDGET`` (``parallel-auto``: the learned budget, under the anchored rule
+it needs); ``/v1/models`` lists every served model and alias with each of
 them. A switched name becomes the knobs ``X-Rehearsal-Mode``/``X-Rehearsal-Budget`` would set,
 below the request's own headers and ``rehearsal`` object, and the engine sees the plain name.
 """
@@ -32,6 +33,8 @@ class ModelSwitch:
             knobs[suffix] = {"x-rehearsal-mode": mode}
             if budget:
                 knobs[suffix]["x-rehearsal-budget"] = budget
+            if budget == "auto":
+                knobs[suffix]["x-rehearsal-commit"] = "anchored"
         return cls(knobs)
 
     @property

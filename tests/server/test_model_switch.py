@@ -38,7 +38,12 @@ def sdk(
 
 def test_switched_names_are_listed_and_choose_rehearsal(sdk: Callable[..., openai.OpenAI]) -> None:
     """`/v1/models` lists each model and alias per switch; a switched name rehearses so."""
-    client = sdk({"RGW_MODEL_SWITCH": "parallel-4,sequential-2"})
+    client = sdk(
+        {
+            "RGW_MODEL_SWITCH": "parallel-4,sequential-2,parallel-auto",
+            "RGW_REHEARSAL_COMMIT": "reflect",
+        }
+    )
     models = {model.id: model for model in client.models.list()}
     assert {"EnvACE-Qwen3-8B@parallel-4", "envace@sequential-2"} <= set(models)
     assert models["EnvACE-Qwen3-8B@parallel-4"].model_extra["parent"] == TWIN_MODEL  # type: ignore[index]
@@ -56,7 +61,14 @@ def test_switched_names_are_listed_and_choose_rehearsal(sdk: Callable[..., opena
     assert (rehearsal["mode"], rehearsal["budget"]) == ("sequential", 1)  # a header wins
     with pytest.raises(openai.NotFoundError) as unknown:
         client.chat.completions.create(model=f"{TWIN_MODEL}@parallel-9", messages=ASK)
-    assert "this gateway's switches are @parallel-4, @sequential-2" in str(unknown.value)
+    assert "switches are @parallel-4, @sequential-2, @parallel-auto" in str(unknown.value)
+    learned = client.chat.completions.create(
+        model="envace@parallel-auto", messages=ASK, tools=RETAIL.tool_schemas(), seed=1
+    )
+    rehearsal = learned.model_extra["rehearsal"]  # type: ignore[index]
+    # auto needs the anchored rule, which the switch brings over the deployment's reflect
+    learned_why = rehearsal["auto"]["why"]
+    assert (rehearsal["commit"], learned_why) == ("anchored", "too few real results yet")
 
 
 def test_the_responses_api_takes_the_switch_too(sdk: Callable[..., openai.OpenAI]) -> None:
@@ -90,6 +102,7 @@ def test_the_switch_is_off_unless_asked_for(sdk: Callable[..., openai.OpenAI]) -
     [
         pytest.param("parallel-20", "@parallel-20: the budget must be between 0 and 8", id="cap"),
         pytest.param("fast", "a switch is MODE or MODE-BUDGET", id="form"),
+        pytest.param("parallel-some", "a switch is MODE or MODE-BUDGET", id="word"),
     ],
 )
 def test_a_bad_switch_is_refused_at_start(switch: str, says: str) -> None:
