@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # decision_facts imports this module
+    from benchmarks.decision_facts import Config
 
 NO_TOOL = "-"
 OPTIONS = (0, 1, 2, 4, 8)
@@ -117,3 +120,44 @@ def oracle(by_option: Mapping[int, Mapping[str, Mapping[str, int]]]) -> dict[str
         "of_k4": calls / max(turns, 1) / k4["per_turn"],
         "extra_of_k4": ((calls - turns) / max(turns, 1)) / k4["extra"] if k4["extra"] else None,
     }
+
+
+def spending(results: dict[Config, list[Any]]) -> list[dict[str, Any]]:
+    """Per twin: calls per turn of K = 4 and auto (all, beyond the acting call, imagination)
+    and the per-tool oracle's; printed, and returned for the JSON."""
+    rows = []
+    for twin in sorted({c.twin for c in results}, key=lambda t: (-t.fidelity, t.skill)):
+        mine = {c: eps for c, eps in results.items() if c.twin == twin and c.depth == 1}
+        by_option = {0 if c.commit is None else c.budget: tally(eps) for c, eps in mine.items()}
+        options = {k: v for k, v in by_option.items() if k in OPTIONS}
+        found = {"fidelity": twin.fidelity, "skill": twin.skill, "oracle": oracle(options),
+                 "tallies": {str(k): rows for k, rows in by_option.items()}}  # fmt: skip
+        for name in (4, "auto"):
+            if name in by_option:
+                found[f"K={name}"] = split(by_option[name])
+        rows.append(found)
+    print(
+        "\nCalls per turn (beyond the acting call; of those imagined observations) and the "
+        "per-tool oracle removing K = 4's errors"
+    )
+    print("\n| fidelity | skill | K = 4 | auto | oracle | oracle / K = 4 (beyond acting) |")
+    print("|---:|---:|---|---|---|---:|")
+
+    def show(s: dict[str, float] | None) -> str:
+        return (
+            "n/a"
+            if s is None
+            else f"{s['per_turn']:.2f} ({s['extra']:.2f}; "
+            + (f"{s['imagination']:.2f})" if "imagination" in s else f"{s['removed']} removed)")
+        )
+
+    for r in rows:
+        o = r["oracle"]
+        ratio = "n/a" if o is None else f"{o['of_k4']:.0%} ({_pct(o['extra_of_k4'])})"
+        print(f"| {r['fidelity']:.1f} | {r['skill']:.1f} | {show(r.get('K=4'))} "
+              f"| {show(r.get('K=auto'))} | {show(o)} | {ratio} |")  # fmt: skip
+    return rows
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"

@@ -46,7 +46,6 @@ call; imagined observations) and the per-tool oracle's (``benchmarks/decision_or
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -74,7 +73,14 @@ from benchmarks.decision_facts import (  # noqa: E402
     Twin,
     plan_user,
 )
-from benchmarks.decision_oracle import OPTIONS, oracle, split, tally  # noqa: E402
+from benchmarks.decision_grid import (  # noqa: E402
+    NEW_POLICY,
+    Grid,
+    configurations,
+    grid_of,
+    parser,
+)
+from benchmarks.decision_oracle import spending  # noqa: E402
 from benchmarks.decision_report import report  # noqa: E402
 from benchmarks.gateway_cpu import cpu_seconds  # noqa: E402
 from benchmarks.rehearsal import world_request  # noqa: E402
@@ -86,66 +92,15 @@ from rehearsal_gateway.clients.client import (  # noqa: E402
     GatewayError,
 )
 from rehearsal_gateway.server.http.auth import key_digest, tenant_of  # noqa: E402
-from rehearsal_gateway.twin.worlds import WORLD_NAMES, World, load_world  # noqa: E402
+from rehearsal_gateway.twin.worlds import World, load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 
-NEW_POLICY = "anchored"  # used once the gateway accepts it
 PROBE_KEY = "decisions-probe"
 # Ten twins, the gateway and fifty agents share two cores, so a twin may take seconds to answer
 # a health probe or a connect. With the defaults (2 s, 3 s) the gateway then takes it out of
 # rotation and fails requests for a while: true of an overloaded host, not of the decisions this
 # benchmark measures, so the gateway is told to wait.
 PATIENT = {"RGW_HEALTH_TIMEOUT": "60", "RGW_CONNECT_TIMEOUT": "60"}
-
-
-@dataclass(frozen=True)
-class Grid:
-    """What to run: twins (fidelity × skill), worlds, tasks per world, seeds, turn limit."""
-
-    fidelities: tuple[float, ...] = (1.0, 0.8, 0.5, 0.3, 0.0)
-    skills: tuple[float, ...] = (0.5, 0.8)
-    worlds: tuple[str, ...] = WORLD_NAMES
-    tasks: int = 12
-    seeds: tuple[int, ...] = (0, 1, 2)
-    # 1: the twins' fidelity is what the gateway faces, grounding or not (see the docstring).
-    grounding_gain: float = 1.0
-    max_turns: int = 6  # the demo's: enough for a plan of 2-3 steps, two slips and the answer
-    policies: tuple[str, ...] = ("select", "reflect", "anchored")
-    # Tool risk classes given to the gateway per configuration (``Config.classes``).
-    classes: tuple[str, ...] = ("unknown", "reads", "no-reads", "confirm")
-    tempting: bool = True  # also each world's tasks where a destructive call is tempting
-    modes: tuple[str, ...] = ("parallel", "sequential")
-    # Trajectories per rehearsed turn ("auto": learned per tool) and imagined steps per trajectory.
-    budgets: tuple[int | str, ...] = (K,)
-    depths: tuple[int, ...] = (1,)
-
-    def tasks_of(self, world: World) -> tuple[Any, ...]:
-        return world.tasks[: self.tasks] + (world.tempting_tasks if self.tempting else ())
-
-    @classmethod
-    def quick(cls) -> Grid:
-        """A tiny grid for the test that keeps the benchmark running."""
-        return cls(
-            fidelities=(1.0, 0.0), skills=(0.5,), worlds=("retail",), tasks=3, seeds=(0,),
-            classes=("unknown", "no-reads"),
-        )  # fmt: skip
-
-    @classmethod
-    def compounding(cls, seeds: tuple[int, ...]) -> Grid:
-        """The bounded grid of the compounding plot: anchored parallel, K = 1, 2, 4, 8 at depth
-        1 and 2, and auto, at four fidelities, two skills, four tasks per world (and the tempting
-        ones), the world's risk classes given."""
-        return cls(
-            fidelities=(1.0, 0.8, 0.5, 0.0), skills=(0.5, 0.8), tasks=4, seeds=seeds,
-            policies=("anchored",), classes=("reads",), modes=("parallel",),
-            budgets=(1, 2, 4, 8, "auto"), depths=(1, 2),
-        )  # fmt: skip
-
-    def shapes(self) -> list[tuple[int | str, int]]:
-        """(budget, depth) pairs to run: every budget at every depth, ``auto`` at depth 1 only
-        (it learns how many trajectories pay, not how deep)."""
-        first = min(self.depths)
-        return [(b, d) for d in self.depths for b in self.budgets if b != "auto" or d == first]
 
 
 class RecordingClient(AsyncRehearsalClient):
@@ -347,83 +302,6 @@ def accepts_policy(url: str, twin: Twin, policy: str) -> bool:
     return answer.status_code == 200
 
 
-def configurations(grid: Grid, policies: tuple[str, ...]) -> list[Config]:
-    configs: list[Config] = []
-    for fidelity in grid.fidelities:
-        for skill in grid.skills:
-            twin = Twin(fidelity, skill)
-            configs.append(Config(twin, "off"))
-            configs += [
-                Config(twin, m, p, classes, budget, depth)
-                for m in grid.modes
-                for p in policies
-                for classes in grid.classes
-                for budget, depth in grid.shapes()
-                if budget != "auto" or p == NEW_POLICY  # auto is the anchored rule's
-            ]
-    return configs
-
-
-def _grid(args: argparse.Namespace) -> Grid:
-    seeds = tuple(range(args.seed_offset, args.seed_offset + args.seeds))
-    grid = Grid.quick() if args.quick else Grid(seeds=seeds)
-    grid = Grid.compounding(seeds) if args.compounding else grid
-    changes: dict[str, Any] = {}
-    for name in ("fidelities", "skills"):
-        if getattr(args, name):
-            changes[name] = tuple(float(v) for v in getattr(args, name).split(","))
-    if args.worlds:
-        changes["worlds"] = tuple(w.strip() for w in args.worlds.split(","))
-    if args.tasks:
-        changes["tasks"] = args.tasks
-    if args.max_turns:
-        changes["max_turns"] = args.max_turns
-    if args.grounding_gain is not None:
-        changes["grounding_gain"] = args.grounding_gain
-    for name in ("policies", "classes", "modes"):
-        if getattr(args, name):
-            changes[name] = tuple(v.strip() for v in getattr(args, name).split(","))
-    if args.budgets:
-        changes["budgets"] = tuple(
-            v.strip() if v.strip() == "auto" else int(v) for v in args.budgets.split(",")
-        )
-    if args.depths:
-        changes["depths"] = tuple(int(v) for v in args.depths.split(","))
-    return replace(grid, **changes)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per task (paired across runs)")
-    parser.add_argument(
-        "--seed-offset", type=int, default=0,
-        help="first seed (seeds OFFSET..OFFSET+SEEDS-1): check a change on seeds not studied",
-    )  # fmt: skip
-    parser.add_argument("--quick", action="store_true", help="a tiny grid (the test uses it)")
-    parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
-    parser.add_argument("--fidelities", help="comma-separated, instead of the full sweep")
-    parser.add_argument("--skills", help="comma-separated, instead of 0.5,0.8")
-    parser.add_argument("--worlds", help="comma-separated, instead of all three")
-    parser.add_argument("--tasks", type=int, help="tasks per world, instead of all 12")
-    parser.add_argument("--max-turns", type=int, help="the agent's turn limit, instead of 6")
-    parser.add_argument(
-        "--grounding-gain", type=float, help="the twins' --grounding-gain, instead of 1"
-    )
-    parser.add_argument("--policies", help="commit policies, instead of select,reflect,anchored")
-    parser.add_argument(
-        "--classes",
-        help="risk classes given to the gateway: unknown,reads,no-reads,confirm (default all)",
-    )
-    parser.add_argument("--modes", help="rehearsal modes, instead of parallel,sequential")
-    parser.add_argument("--budgets", help="comma-separated K (integers or auto), instead of 4")
-    parser.add_argument("--depths", help="comma-separated depths, instead of 1")
-    parser.add_argument(
-        "--compounding", action="store_true",
-        help="the compounding grid (Grid.compounding); the other flags narrow it",
-    )  # fmt: skip
-    return parser
-
-
 @dataclass
 class Run:
     """What one run of the grid produced, and what it cost."""
@@ -482,50 +360,9 @@ def trust_table(url: str, key: str) -> list[dict[str, Any]]:
     return [{**row, "budget": learned.get(row["tool"])} for row in rows]
 
 
-def spending(results: dict[Config, list[Any]]) -> list[dict[str, Any]]:
-    """Per twin: calls per turn of K = 4 and auto (all, beyond the acting call, imagination)
-    and the per-tool oracle's (``decision_oracle``); printed, and returned for the JSON."""
-    rows = []
-    for twin in sorted({c.twin for c in results}, key=lambda t: (-t.fidelity, t.skill)):
-        mine = {c: eps for c, eps in results.items() if c.twin == twin and c.depth == 1}
-        by_option = {0 if c.commit is None else c.budget: tally(eps) for c, eps in mine.items()}
-        options = {k: v for k, v in by_option.items() if k in OPTIONS}
-        found = {"fidelity": twin.fidelity, "skill": twin.skill, "oracle": oracle(options),
-                 "tallies": {str(k): rows for k, rows in by_option.items()}}  # fmt: skip
-        for name in (4, "auto"):
-            if name in by_option:
-                found[f"K={name}"] = split(by_option[name])
-        rows.append(found)
-    print(
-        "\nCalls per turn (beyond the acting call; of those imagined observations) and the "
-        "per-tool oracle removing K = 4's errors"
-    )
-    print("\n| fidelity | skill | K = 4 | auto | oracle | oracle / K = 4 (beyond acting) |")
-    print("|---:|---:|---|---|---|---:|")
-
-    def show(s: dict[str, float] | None) -> str:
-        return (
-            "n/a"
-            if s is None
-            else f"{s['per_turn']:.2f} ({s['extra']:.2f}; "
-            + (f"{s['imagination']:.2f})" if "imagination" in s else f"{s['removed']} removed)")
-        )
-
-    for r in rows:
-        o = r["oracle"]
-        ratio = "n/a" if o is None else f"{o['of_k4']:.0%} ({_pct(o['extra_of_k4'])})"
-        print(f"| {r['fidelity']:.1f} | {r['skill']:.1f} | {show(r.get('K=4'))} "
-              f"| {show(r.get('K=auto'))} | {show(o)} | {ratio} |")  # fmt: skip
-    return rows
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0%}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    grid = _grid(args)
+    args = parser().parse_args(argv)
+    grid = grid_of(args)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rgw-decisions-") as tmp:
         run = run_grid(grid, Path(tmp))

@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.decision_facts import LOW_TRUST  # noqa: E402
 from benchmarks.decisions import RecordingClient, play  # noqa: E402
+from benchmarks.real_model_report import print_report, summarise  # noqa: E402
 from rehearsal_gateway.clients.agent import ExampleAgent, ToolLatency  # noqa: E402
 from rehearsal_gateway.clients.client import Rehearsal  # noqa: E402
-from rehearsal_gateway.rehearsal.parsing import PARSE_CLASSES  # noqa: E402
 from rehearsal_gateway.twin.worlds import load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.vllm import REAL_MODEL_NAME, start_real_vllm  # noqa: E402
@@ -239,97 +239,6 @@ async def run_all(url: str, grid: Grid, configs: tuple[Config, ...]) -> dict[Con
     progress = Progress(len(configs) * len(grid.seeds) * len(grid.worlds) * grid.tasks)
     runs = await asyncio.gather(*(run_config(c, url, grid, progress) for c in configs))
     return dict(zip(configs, runs, strict=True))
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-def summarise(config: Config, episodes: list[Episode], off: list[Episode]) -> dict[str, Any]:
-    """One configuration's row: outcomes, costs per turn, parse shares, pairs against off."""
-    turns = [t for e in episodes for t in e.turns]
-    parse: Counter[str] = Counter()
-    for t in turns:
-        parse.update(t.parse)
-    imagined = sum(parse.values())
-    agreements = [a for t in turns for a in t.agreements]
-    by_pair = {e.pair: e for e in off}
-    worse = better = errors_worse = errors_better = 0
-    for e in episodes:
-        base = by_pair.get(e.pair)
-        if base is None or config.mode == "off":
-            continue
-        worse += base.success and not e.success
-        better += e.success and not base.success
-        errors_worse += e.tool_errors > base.tool_errors
-        errors_better += e.tool_errors < base.tool_errors
-    low = next((i + 1 for i, t in enumerate(turns) if t.low_trust), None)
-    samples: dict[str, str] = {}
-    for t in turns:
-        for name, text in t.samples.items():
-            samples.setdefault(name, text)
-    return {
-        "config": config.name,
-        "episodes": len(episodes),
-        "success": sum(e.success for e in episodes),
-        "tool_errors": sum(e.tool_errors for e in episodes),
-        "real_calls": sum(e.real_calls for e in episodes),
-        "failed_requests": sum(e.failed is not None for e in episodes),
-        "failures": [e.failed for e in episodes if e.failed],
-        "turns": len(turns),
-        "outcome_agreement": [sum(agreements), len(agreements)],
-        "parse": {name: parse[name] for name in PARSE_CLASSES if parse[name]},
-        "imagined": imagined,
-        "engine_calls_per_turn": _mean([t.engine_calls for t in turns]),
-        "prompt_per_turn": _mean([t.prompt for t in turns]),
-        "cached_per_turn": _mean([t.cached for t in turns]),
-        "completion_per_turn": _mean([t.completion for t in turns]),
-        "wall_s_per_turn": _mean([t.wall_s for t in turns]),
-        "worse_than_off": worse,
-        "better_than_off": better,
-        "more_tool_errors_than_off": errors_worse,
-        "fewer_tool_errors_than_off": errors_better,
-        "first_low_trust_turn": low,
-        "samples": samples,
-    }
-
-
-def print_report(rows: list[dict[str, Any]]) -> None:
-    head = (
-        f"{'configuration':<15}{'success':>9}{'tool err':>9}{'agree':>8}{'calls/t':>8}"
-        f"{'prompt/t':>9}{'cached/t':>9}{'compl/t':>8}{'wall s/t':>9}{'worse':>6}{'better':>7}"
-        f"{'err +/-':>8}{'low trust':>10}{'5xx':>5}"
-    )
-    print("\n" + head + "\n" + "-" * len(head))
-    for r in rows:
-        agree, measured = r["outcome_agreement"]
-        print(
-            f"{r['config']:<15}{r['success']:>4}/{r['episodes']:<4}{r['tool_errors']:>9}"
-            f"{(f'{agree}/{measured}' if measured else 'n/a'):>8}"
-            f"{r['engine_calls_per_turn']:>8.2f}{r['prompt_per_turn']:>9.0f}"
-            f"{r['cached_per_turn']:>9.0f}{r['completion_per_turn']:>8.0f}"
-            f"{r['wall_s_per_turn']:>9.1f}{r['worse_than_off']:>6}{r['better_than_off']:>7}"
-            f"{r['more_tool_errors_than_off']:>4}/{r['fewer_tool_errors_than_off']:<3}"
-            f"{(r['first_low_trust_turn'] or '-')!s:>10}{r['failed_requests']:>5}"
-        )
-    print("\nimagined answers by parse class (share of all imagined answers of the configuration)")
-    for r in rows:
-        if not r["imagined"]:
-            continue
-        shares = ", ".join(
-            f"{name} {count / r['imagined']:.0%}" for name, count in r["parse"].items()
-        )
-        print(f"  {r['config']:<15} {r['imagined']:>4} answers: {shares}")
-    print("\none imagined answer of each class, as the model wrote it (cut at 240 characters)")
-    seen: set[str] = set()
-    for r in rows:
-        for name, text in r["samples"].items():
-            if name not in seen:
-                seen.add(name)
-                print(f"  [{name}] {json.dumps(text[:240], ensure_ascii=False)}")
-    for r in rows:
-        for failure in r["failures"]:
-            print(f"  FAILED ({r['config']}): {failure}")
 
 
 def start_gateway(engine_url: str, workdir: Path, keys: list[str]) -> Proc:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.decisions import _grid, _parser
+from benchmarks.decision_grid import grid_of, parser
 from tests.support.procs import ROOT
 
 RUNS = {"off", "parallel select", "parallel reflect", "sequential select", "sequential reflect"}
@@ -79,4 +79,4 @@ def test_quick_grid_runs_end_to_end(tmp_path: Path) -> None:
 )
 def test_seed_offset_chooses_seeds_not_studied(argv: list[str], seeds: tuple[int, ...]) -> None:
     """--seed-offset N runs seeds N..N+S-1: a change is checked on seeds it was not tuned on."""
-    assert _grid(_parser().parse_args(argv)).seeds == seeds
+    assert grid_of(parser().parse_args(argv)).seeds == seeds

@@ -11,7 +11,8 @@ from typing import Any
 
 from openai.types.chat import ChatCompletion
 
-from benchmarks.real_model import CONFIGS, Episode, TurnFigures, figures, summarise
+from benchmarks.real_model import CONFIGS, Episode, TurnFigures, figures
+from benchmarks.real_model_report import summarise
 
 
 def completion(rehearsal: dict[str, Any] | None = None, cached: int = 0) -> ChatCompletion:
