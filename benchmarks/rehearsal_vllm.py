@@ -66,8 +66,9 @@ SYSTEM = (
 )
 
 
-def rehearsal_body(k: int, seed: int) -> dict[str, Any]:
-    """A tool-using turn to rehearse at budget ``k`` (parallel, depth 1, reflect, no early exit)."""
+def rehearsal_body(k: int, seed: int, commit: str = "reflect") -> dict[str, Any]:
+    """A tool-using turn to rehearse at budget ``k`` (parallel, depth 1, no early exit); the
+    ``reflect`` rule by default, the one that asks the most of the main engine."""
     return {
         "model": SERVED_MODEL_NAME,
         "messages": [{"role": "system", "content": SYSTEM}, *USER_ASKS],
@@ -77,7 +78,7 @@ def rehearsal_body(k: int, seed: int) -> dict[str, Any]:
         "temperature": 1.0,
         **THINKING_OFF,
         "structured_outputs": FORCED_CALL,
-        "rehearsal": {"mode": "parallel", "budget": k, "depth": 1, "commit": "reflect",
+        "rehearsal": {"mode": "parallel", "budget": k, "depth": 1, "commit": commit,
                       "early_exit": False},
     }  # fmt: skip
 
@@ -190,7 +191,7 @@ def gateway_preemptions(gateway: Proc) -> float:
 
 
 async def under_load(
-    url: str, plain: int, load: int, seed: int, engine: Proc
+    url: str, plain: int, load: int, seed: int, engine: Proc, commit: str = "reflect"
 ) -> tuple[list[float], list[float], list[Any]]:
     """Plain requests one at a time while ``load`` clients keep K=4 rehearsals in flight.
 
@@ -205,7 +206,8 @@ async def under_load(
         async with httpx.AsyncClient(base_url=url, timeout=300) as client:
             i = 0
             while not stop.is_set():
-                elapsed, answer = await post(client, rehearsal_body(4, seed + 1000 * worker + i))
+                body = rehearsal_body(4, seed + 1000 * worker + i, commit)
+                elapsed, answer = await post(client, body)
                 rehearsals.append((elapsed, bool(answer["rehearsal"]["degraded"])))
                 i += 1
 

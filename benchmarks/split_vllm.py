@@ -11,22 +11,29 @@ to one core (``taskset -c`` and vLLM's own ``VLLM_CPU_OMP_THREADS_BIND``), with
 
 Each round measures plain pass-through requests sent one at a time (``max_tokens`` 16): alone
 through each gateway, then while ``--load`` clients keep parallel K=4 rehearsals in flight through
-the same gateway (``benchmarks/rehearsal_vllm.py``'s requests). It prints, per gateway, plain
+the same gateway (``benchmarks/rehearsal_vllm.py``'s requests, under ``--commit``: the gateway's
+default rule, ``anchored``, or ``reflect``, which adds K candidates and a commit call on the main
+set). It prints, per gateway, plain
 p50 and p99 as a multiple of that gateway's own alone figure, and the load's rehearsals: how
 many ran, their median wall time, how many degraded.
 
     python -m benchmarks.split_vllm [--rounds 2] [--plain 24] [--load 4] [--cores 0,1]
+                                    [--gateway-cores CPUS] [--commit anchored|reflect]
                                     [--deadline-ms 60000]
 
 The two engines need a core each and the gateways, clients and the machine's other work share
 whatever is left, so run it on an otherwise quiet host with at least three cores; on a busy one
-read the ratios within the run, not the milliseconds.
+read the ratios within the run, not the milliseconds. The gateways and this process's clients
+are pinned to ``--gateway-cores`` (a comma-separated CPU list); by default the CPUs the engines
+leave, or on a two-core host the second engine's, so the main engine has its core to itself in
+both setups.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -64,6 +71,17 @@ def start_engine(core: str, workdir: Path, args: argparse.Namespace) -> Proc:
     )
 
 
+def gateway_cpus(engine_cores: list[str]) -> str:
+    """The CPUs the engines leave, or the last engine's when they leave none."""
+    left = sorted(os.sched_getaffinity(0) - {int(core) for core in engine_cores})
+    return ",".join(str(cpu) for cpu in left) if left else engine_cores[-1]
+
+
+def pinned(argv: list[str], cpus: str) -> list[str]:
+    """``argv`` run on ``cpus`` (a ``taskset`` CPU list)."""
+    return ["taskset", "-c", cpus, *argv]
+
+
 def start_gateway(setup: str, engines: list[Proc], workdir: Path, args: argparse.Namespace) -> Proc:
     main, other = (engine.url + "/v1" for engine in engines)
     flags = ["--engine", main, "--engine" if setup == "shared" else "--rehearsal-engine", other]
@@ -74,7 +92,8 @@ def start_gateway(setup: str, engines: list[Proc], workdir: Path, args: argparse
         "RGW_REHEARSAL_DEADLINE_MS": str(args.deadline_ms),
     }
     return start_http_server(
-        cli_argv("serve", "--port", str(port), *flags, "--log-level", "warning"),
+        pinned(cli_argv("serve", "--port", str(port), *flags, "--log-level", "warning"),
+               args.gateway_cores),
         port=port, log_path=workdir / f"gateway-{setup}.log", env=env,
     )  # fmt: skip
 
@@ -97,7 +116,7 @@ async def measure(gateways: dict[str, Proc], engine: Proc, args: argparse.Namesp
             ]
         for setup in order:
             times, _, rehearsals = await under_load(
-                gateways[setup].url, args.plain, args.load, seed, engine
+                gateways[setup].url, args.plain, args.load, seed, engine, args.commit
             )
             loaded[setup] += times
             load[setup] += rehearsals
@@ -129,9 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     # load; a rehearsal cut by its deadline is load that stopped early.
     parser.add_argument("--deadline-ms", type=int, default=60_000)
     parser.add_argument("--cores", default="0,1", help="the two engines' cores")
+    parser.add_argument(
+        "--gateway-cores", help="the gateways' and clients' CPUs (default: see above)"
+    )
+    parser.add_argument("--commit", choices=("anchored", "reflect"), default="anchored")
     parser.add_argument("--json", help="also write the figures as JSON to this path")
     args = parser.parse_args(argv)
     cores = args.cores.split(",")
+    args.gateway_cores = args.gateway_cores or gateway_cpus(cores)
+    os.sched_setaffinity(0, {int(cpu) for cpu in args.gateway_cores.split(",")})
     with tempfile.TemporaryDirectory(prefix="rgw-split-vllm-") as tmp:
         workdir = Path(tmp)
         engines: list[Proc] = []
@@ -147,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                 proc.stop()
     print(f"real vLLM x2 (CPU build, tiny random Qwen3, one core each: {args.cores}; "
           f"--max-num-seqs {args.max_num_seqs}; rehearsal share {args.share:g}; "
-          f"deadline {args.deadline_ms} ms); "
-          f"{args.load} clients of parallel K=4 rehearsals; {args.rounds} rounds")  # fmt: skip
+          f"deadline {args.deadline_ms} ms; gateways and clients on "
+          f"{args.gateway_cores}); {args.load} clients of parallel K=4 "
+          f"rehearsals ({args.commit}); {args.rounds} rounds")  # fmt: skip
     print("\n| engines | plain alone p50 / p99 ms | under load p50 / p99 ms | p50 × alone "
           "| p99 × alone | load: rehearsals, p50 wall s, degraded |\n"
           "|---|---:|---:|---:|---:|---:|")  # fmt: skip
