@@ -191,3 +191,15 @@ def rehearsal_of(completion: Any) -> dict[str, Any]:
     summary = extra.get("rehearsal")
     assert isinstance(summary, dict), f"no rehearsal object in {extra}"
     return summary
+
+
+def trust_route(stack: Stack, key: str) -> dict[str, Any]:
+    """``GET /v1/rehearsals/trust`` as tenant ``key`` sees it: trust rows, the learned budget."""
+    response = httpx.get(
+        stack.gateway.url + "/v1/rehearsals/trust",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=10,
+    )
+    assert response.status_code == 200
+    result: dict[str, Any] = response.json()
+    return result

@@ -23,6 +23,7 @@ from tests.server.rehearsal_support import (
     opening,
     rehearsal_of,
     running_stack,
+    trust_route,
 )
 
 KEYS = ("auto-key-a", "auto-key-b", "auto-key-cost")
@@ -89,11 +90,7 @@ def test_a_tool_that_never_needed_imagination_learns_k_zero(stack: Stack) -> Non
     assert summary["auto"]["why"].startswith(f"2 results of {tool}: catch 0.00")
     after = metric_value(stack.gateway.url, "rehearsal_gateway_auto_budgets_total", budget="0")
     assert after == before + 1
-    table = httpx.get(
-        stack.gateway.url + "/v1/rehearsals/trust",
-        headers={"Authorization": f"Bearer {KEYS[0]}"},
-        timeout=10,
-    ).json()["budget"]
+    table = trust_route(stack, KEYS[0])["budget"]
     row = next(r for r in table["data"] if r["tool"] == tool)
     assert (row["counts"]["n"], row["counts"]["f"], row["budget"]) == (2, 0, 0)
     assert table["settings"]["min_samples"] == 2

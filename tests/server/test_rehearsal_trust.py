@@ -22,6 +22,7 @@ from tests.server.rehearsal_support import (
     opening,
     rehearsal_of,
     running_stack,
+    trust_route,
 )
 
 KEYS = ("trust-key-a", "trust-key-b")
@@ -55,16 +56,6 @@ def _turn_with_results(stack: Stack, key: str, seed: int, real: Any) -> dict[str
     return rehearsal_of(chat(client, world, messages, mode="parallel", budget=2, seed=seed + 100))
 
 
-def _trust(stack: Stack, key: str) -> dict[str, Any]:
-    response = httpx.get(
-        stack.gateway.url + "/v1/rehearsals/trust",
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=10,
-    )
-    assert response.status_code == 200
-    return response.json()
-
-
 def test_disagreeing_results_take_a_tools_rehearsal_away(stack: Stack) -> None:
     """Imagined success, real failure: twice for real, once more as the hindsight probe of the
     vetoed repeat (its real outcome is the conversation's error); the tool goes off and costs
@@ -88,7 +79,7 @@ def test_disagreeing_results_take_a_tools_rehearsal_away(stack: Stack) -> None:
         real="error",
     )
     assert after == before + 2  # committed calls only: the probe is no commit
-    table = {row["tool"]: row for row in _trust(stack, KEYS[0])["data"]}
+    table = {row["tool"]: row for row in trust_route(stack, KEYS[0])["data"]}
     assert table[tool]["counts"] == {"ee": 0, "eo": 0, "oe": 3, "oo": 0, "we": 0, "wo": 0}
     assert (table[tool]["outcome_agreement"], table[tool]["policy"]) == (0.0, "off")
     assert table["*"]["samples"] == 3
@@ -104,7 +95,7 @@ def test_disagreeing_results_take_a_tools_rehearsal_away(stack: Stack) -> None:
 
 def test_trust_is_per_tenant(stack: Stack) -> None:
     """Another API key's table is its own: empty until its own results arrive."""
-    assert _trust(stack, KEYS[1])["data"] == []
+    assert trust_route(stack, KEYS[1])["data"] == []
     world = stack.world
     completion = chat(
         stack.sdk(api_key=KEYS[1]), world, opening(world, world.tasks[0]), mode="parallel", budget=2
@@ -114,7 +105,7 @@ def test_trust_is_per_tenant(stack: Stack) -> None:
 
 def test_settings_and_pins_are_shown(stack: Stack) -> None:
     """The table carries the thresholds in force and the operator's pins."""
-    settings = _trust(stack, KEYS[1])["settings"]
+    settings = trust_route(stack, KEYS[1])["settings"]
     assert (settings["min_samples"], settings["pins"]) == (3, {"cancel_order": "off"})
 
 
