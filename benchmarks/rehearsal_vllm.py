@@ -146,16 +146,19 @@ async def overlap(gateway: Proc, engine: Proc, rounds: int) -> dict[str, Any]:
 
 
 async def plain_latencies(
-    url: str, count: int, seed: int, engine: Proc
+    url: str, count: int, seed: int, engine: Proc, gap_s: float = 0.0
 ) -> tuple[list[float], list[float]]:
     """Each plain request's latency, and how many requests vLLM was running when it was sent
     (``vllm:num_requests_running``, read just before): with imagination yielding, what a plain
     request still shares the engine with is the load's own acting calls, real work that is
-    never preempted."""
+    never preempted. ``gap_s`` between requests spreads them over a window as long as the
+    load's rehearsals, so they meet every phase of one."""
     times: list[float] = []
     beside: list[float] = []
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
         for i in range(count):
+            if i and gap_s:
+                await asyncio.sleep(gap_s)
             beside.append(await running(client, engine))
             times.append((await post(client, plain_body(seed + i)))[0])
     return times, beside
@@ -191,7 +194,13 @@ def gateway_preemptions(gateway: Proc) -> float:
 
 
 async def under_load(
-    url: str, plain: int, load: int, seed: int, engine: Proc, commit: str = "reflect"
+    url: str,
+    plain: int,
+    load: int,
+    seed: int,
+    engine: Proc,
+    commit: str = "reflect",
+    gap_s: float = 0.0,
 ) -> tuple[list[float], list[float], list[Any]]:
     """Plain requests one at a time while ``load`` clients keep K=4 rehearsals in flight.
 
@@ -214,7 +223,7 @@ async def under_load(
     workers = [asyncio.create_task(rehearse_forever(w)) for w in range(load)]
     await asyncio.sleep(1.0)  # let the rehearsal traffic fill the engine's queue
     try:
-        times, beside = await plain_latencies(url, plain, seed, engine)
+        times, beside = await plain_latencies(url, plain, seed, engine, gap_s)
     finally:
         stop.set()
         await asyncio.gather(*workers)

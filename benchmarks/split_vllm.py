@@ -9,24 +9,25 @@ to one core (``taskset -c`` and vLLM's own ``VLLM_CPU_OMP_THREADS_BIND``), with
   ``--share`` of its ``--max-num-seqs`` slots (``RGW_REHEARSAL_ENGINE_SHARE``);
 - **split**: engine 0 the main set, engine 1 the rehearsal set (``--rehearsal-engine``).
 
-Each round measures plain pass-through requests sent one at a time (``max_tokens`` 16): alone
-through each gateway, then while ``--load`` clients keep parallel K=4 rehearsals in flight through
-the same gateway (``benchmarks/rehearsal_vllm.py``'s requests, under ``--commit``: the gateway's
-default rule, ``anchored``, or ``reflect``, which adds K candidates and a commit call on the main
-set). It prints, per gateway, plain
-p50 and p99 as a multiple of that gateway's own alone figure, and the load's rehearsals: how
-many ran, their median wall time, how many degraded.
+Each round measures plain pass-through requests (``max_tokens`` 16) sent one at a time,
+``--gap-ms`` apart so that they span about one rehearsal's wall time: alone through each gateway,
+then while ``--load`` clients keep parallel K=4 rehearsals in flight through the same gateway
+(``benchmarks/rehearsal_vllm.py``'s requests, under ``--commit``: the gateway's default rule,
+``anchored``, or ``reflect``, which adds K candidates and a commit call on the main set). It
+prints, per gateway, plain p50 and p99 as a multiple of that gateway's own alone figure, and the
+load's rehearsals: how many ran, their median wall time, how many degraded.
 
     python -m benchmarks.split_vllm [--rounds 2] [--plain 24] [--load 4] [--cores 0,1]
                                     [--gateway-cores CPUS] [--commit anchored|reflect]
-                                    [--deadline-ms 60000]
+                                    [--gap-ms 500] [--deadline-ms 60000]
 
 The two engines need a core each and the gateways, clients and the machine's other work share
 whatever is left, so run it on an otherwise quiet host with at least three cores; on a busy one
 read the ratios within the run, not the milliseconds. The gateways and this process's clients
 are pinned to ``--gateway-cores`` (a comma-separated CPU list); by default the CPUs the engines
 leave, or on a two-core host the second engine's, so the main engine has its core to itself in
-both setups.
+both setups. Where they share an engine's core, the engines run at ``--engine-nice`` 10 (else 0)
+so that the gateways take the CPU first when they need it, as on a core of their own.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def start_engine(core: str, workdir: Path, args: argparse.Namespace) -> Proc:
     port = free_port()
     flags = ["--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len)]
     return start_http_server(
-        ["taskset", "-c", core, *vllm_argv(port, *flags)],
+        ["nice", "-n", str(args.engine_nice), "taskset", "-c", core, *vllm_argv(port, *flags)],
         port=port,
         log_path=workdir / f"vllm-core{core}.log",
         env={**VLLM_ENV, "VLLM_CPU_OMP_THREADS_BIND": core},
@@ -111,13 +112,13 @@ async def measure(gateways: dict[str, Proc], engine: Proc, args: argparse.Namesp
         seed = 7000 + 100 * round_
         order = SETUPS if round_ % 2 == 0 else SETUPS[::-1]
         for setup in order:
-            alone[setup] += (await plain_latencies(gateways[setup].url, args.plain, seed, engine))[
-                0
-            ]
+            url, gap_s = gateways[setup].url, args.gap_ms / 1000
+            alone[setup] += (await plain_latencies(url, args.plain, seed, engine, gap_s))[0]
         for setup in order:
             times, _, rehearsals = await under_load(
-                gateways[setup].url, args.plain, args.load, seed, engine, args.commit
-            )
+                gateways[setup].url, args.plain, args.load, seed, engine, args.commit,
+                args.gap_ms / 1000,
+            )  # fmt: skip
             loaded[setup] += times
             load[setup] += rehearsals
     figures = {}
@@ -151,11 +152,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gateway-cores", help="the gateways' and clients' CPUs (default: see above)"
     )
+    parser.add_argument(
+        "--engine-nice",
+        type=int,
+        help="the engines' niceness (default: 10 if the gateways share an engine's core, else 0)",
+    )
     parser.add_argument("--commit", choices=("anchored", "reflect"), default="anchored")
+    # Spread over about one rehearsal's wall time, the plain requests meet its acting call and
+    # its imaginations alike, not just whichever phase follows the load's start.
+    parser.add_argument("--gap-ms", type=int, default=500, help="between plain requests")
     parser.add_argument("--json", help="also write the figures as JSON to this path")
     args = parser.parse_args(argv)
     cores = args.cores.split(",")
     args.gateway_cores = args.gateway_cores or gateway_cpus(cores)
+    shared_core = set(args.gateway_cores.split(",")) & set(cores)
+    args.engine_nice = (10 if shared_core else 0) if args.engine_nice is None else args.engine_nice
     os.sched_setaffinity(0, {int(cpu) for cpu in args.gateway_cores.split(",")})
     with tempfile.TemporaryDirectory(prefix="rgw-split-vllm-") as tmp:
         workdir = Path(tmp)
@@ -172,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 proc.stop()
     print(f"real vLLM x2 (CPU build, tiny random Qwen3, one core each: {args.cores}; "
           f"--max-num-seqs {args.max_num_seqs}; rehearsal share {args.share:g}; "
-          f"deadline {args.deadline_ms} ms; gateways and clients on "
+          f"deadline {args.deadline_ms} ms; plain requests {args.gap_ms} ms apart; "
+          f"engines at nice {args.engine_nice}; gateways and clients on "
           f"{args.gateway_cores}); {args.load} clients of parallel K=4 "
           f"rehearsals ({args.commit}); {args.rounds} rounds")  # fmt: skip
     print("\n| engines | plain alone p50 / p99 ms | under load p50 / p99 ms | p50 × alone "
