@@ -29,6 +29,8 @@ DEPLOY = ROOT / "deploy"
 GPU_STACK = "compose.yaml"
 CPU_STACK = "compose.cpu.yaml"
 COMPOSE_FILES = (GPU_STACK, CPU_STACK)
+# Every stack shipped, the router and split variants of the GPU stack included.
+ALL_STACKS = tuple(sorted(path.name for path in (ROOT / "deploy").glob("compose*.yaml")))
 YAML_FILES = sorted(p.relative_to(ROOT).as_posix() for p in DEPLOY.rglob("*.y*ml"))
 ENGINES = ("engine-0", "engine-1")
 ENGINE_PORT = 8000
@@ -59,6 +61,17 @@ _VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?::?-(?P<default>[^}]*))?\}")
 def interpolate(value: Any) -> str:
     """A compose value as `docker compose` reads it with no variable set: every default taken."""
     return _VARIABLE.sub(lambda m: m.group("default") or "", str(value))
+
+
+def gateway_settings(
+    environment: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> GatewaySettings:
+    """The settings a stack's gateway reads from ``environment`` (compose defaults taken) alone."""
+    for key in [key for key in os.environ if key.startswith("RGW_")]:
+        monkeypatch.delenv(key)
+    for key, value in environment.items():
+        monkeypatch.setenv(key, interpolate(value))
+    return GatewaySettings()
 
 
 def compose(name: str) -> dict[str, Any]:
@@ -116,10 +129,11 @@ def test_yaml_files_found() -> None:
 
 
 def test_compose_files_follow_the_compose_specification() -> None:
-    """Both stacks validate against the Compose Specification's JSON schema (offline, vendored)."""
+    """Every stack validates against the Compose Specification's JSON schema (offline, vendored)."""
     tool = Path(sys.executable).parent / "check-jsonschema"
     assert tool.exists(), f"{tool} is missing: run `make install` (it is a dev dependency)"
-    files = [str(DEPLOY / name) for name in COMPOSE_FILES]
+    assert {*COMPOSE_FILES, "compose.router.yaml", "compose.split.yaml"} <= set(ALL_STACKS)
+    files = [str(DEPLOY / name) for name in ALL_STACKS]
     done = subprocess.run(
         [str(tool), "--builtin-schema", "vendor.compose-spec", *files],
         capture_output=True, text=True, timeout=60, check=False,
