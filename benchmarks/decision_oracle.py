@@ -12,6 +12,11 @@ per turn that remove at least as many real errors (of off's) as K = 4 does, foun
 knapsack over the errors removed inside a search on the rate (least ``calls - rate *
 turns``). It is additive per tool: it ignores that one tool's K changes the turns that follow,
 so it says whether a target is within reach on these twins, not what a rule would get.
+
+``turn_oracle`` is the bound for a rule that knew, turn by turn, where K = 4's spending changed
+the commit: it keeps K = 4's calls on the turns whose committed call is not the anchor (any path
+but those in ``KEPT_PATHS``) and spends only the acting call on the rest. It counts no turn's
+effect on later ones (memory, trust), so it says how far better prediction alone could go.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ if TYPE_CHECKING:  # decision_facts imports this module
 
 NO_TOOL = "-"
 OPTIONS = (0, 1, 2, 4, 8)
+# Commit paths under which the committed call is the anchor: the turn's spending changed nothing.
+KEPT_PATHS = frozenset({"anchor", "anchor_vetoed", "trust_off", "auto_off", "read", "early_exit"})
 
 
 def turn_split(trajectories: list[Any] | None) -> tuple[str, int]:
@@ -122,6 +129,21 @@ def oracle(by_option: Mapping[int, Mapping[str, Mapping[str, int]]]) -> dict[str
     }
 
 
+def turn_oracle(episodes: Iterable[Any]) -> dict[str, float]:
+    """Calls per turn (all, beyond the acting call) of a rule spending K = 4's calls only on
+    the turns of ``episodes`` (K = 4's) whose commit changed, and the share of those turns."""
+    turns = changed = calls = 0
+    for episode in episodes:
+        for turn in episode.turns:
+            turns += 1
+            spent = turn.engine_calls if turn.engine_calls is not None else 1
+            moved = turn.commit_path is not None and turn.commit_path not in KEPT_PATHS
+            changed += moved
+            calls += spent if moved else 1
+    n = turns or 1
+    return {"per_turn": calls / n, "extra": (calls - turns) / n, "changed": changed / n}
+
+
 def spending(results: dict[Config, list[Any]]) -> list[dict[str, Any]]:
     """Per twin: calls per turn of K = 4 and auto (all, beyond the acting call, imagination)
     and the per-tool oracle's; printed, and returned for the JSON."""
@@ -135,13 +157,19 @@ def spending(results: dict[Config, list[Any]]) -> list[dict[str, Any]]:
         for name in (4, "auto"):
             if name in by_option:
                 found[f"K={name}"] = split(by_option[name])
+        k4 = [eps for c, eps in mine.items() if c.commit and c.budget == 4]  # as by_option: last
+        found["turn_oracle"] = turn_oracle(k4[-1]) if k4 else None
         rows.append(found)
     print(
         "\nCalls per turn (beyond the acting call; of those imagined observations) and the "
-        "per-tool oracle removing K = 4's errors"
+        "per-tool oracle removing K = 4's errors; the per-turn bound (turn_oracle): K = 4's "
+        "calls on turns whose commit changed, the acting call elsewhere"
     )
-    print("\n| fidelity | skill | K = 4 | auto | oracle | oracle / K = 4 (beyond acting) |")
-    print("|---:|---:|---|---|---|---:|")
+    print(
+        "\n| fidelity | skill | K = 4 | auto | oracle | oracle / K = 4 (beyond acting) "
+        "| per-turn bound / K = 4 (beyond acting; turns changed) |"
+    )
+    print("|---:|---:|---|---|---|---:|---:|")
 
     def show(s: dict[str, float] | None) -> str:
         return (
@@ -155,9 +183,17 @@ def spending(results: dict[Config, list[Any]]) -> list[dict[str, Any]]:
         o = r["oracle"]
         ratio = "n/a" if o is None else f"{o['of_k4']:.0%} ({_pct(o['extra_of_k4'])})"
         print(f"| {r['fidelity']:.1f} | {r['skill']:.1f} | {show(r.get('K=4'))} "
-              f"| {show(r.get('K=auto'))} | {show(o)} | {ratio} |")  # fmt: skip
+              f"| {show(r.get('K=auto'))} | {show(o)} | {ratio} "
+              f"| {_bound(r.get('turn_oracle'), r.get('K=4'))} |")  # fmt: skip
     return rows
 
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
+
+
+def _bound(bound: dict[str, float] | None, k4: dict[str, float] | None) -> str:
+    if bound is None or k4 is None:
+        return "n/a"
+    extra = bound["extra"] / k4["extra"] if k4["extra"] else None
+    return f"{bound['per_turn'] / k4['per_turn']:.0%} ({_pct(extra)}; {bound['changed']:.0%})"

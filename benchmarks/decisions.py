@@ -38,7 +38,8 @@ per turn (``n/a`` where the gateway does not report them). Then, at fidelity 0.0
 turn in the first and last third of each run and the first turn at which the gateway reports low
 trust (a tool whose trust policy is ``ignore_vetoes`` or ``off``) — fields a gateway may not
 report, printed ``n/a``. Last, per twin, calls per turn of K = 4 and ``auto`` (beyond the acting
-call; imagined observations) and the per-tool oracle's (``benchmarks/decision_oracle.py``).
+call; imagined observations), the per-tool oracle's and the per-turn bound's
+(``benchmarks/decision_oracle.py``).
 
     python -m benchmarks.decisions [--seeds 3] [--seed-offset 0] [--json PATH] [--quick]
         [--policies anchored] [--classes unknown,no-reads] [--fidelities 1.0,0.0] [--skills 0.5]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from benchmarks.decision_facts import Episode, TurnFacts
-from benchmarks.decision_oracle import NO_TOOL, oracle, split, tally, turn_split
+from benchmarks.decision_oracle import NO_TOOL, oracle, split, tally, turn_oracle, turn_split
 
 
 def _step(tool: str | None, *sources: str) -> dict[str, Any]:
@@ -72,3 +73,18 @@ def test_the_oracle_picks_the_cheapest_k_per_tool_that_keeps_k4s_removals() -> N
     assert oracle({0: {}, 4: {}}) is None
     flat = {k: _rows(a=(1, 1, 0)) for k in (0, 1, 2, 4, 8)}
     assert oracle(flat)["extra_of_k4"] is None  # type: ignore[index]
+
+
+def test_the_per_turn_bound_spends_only_where_the_commit_changed() -> None:
+    """K = 4's calls on turns whose commit is not the anchor, the acting call elsewhere: 4 turns,
+    one replaced (3 calls), one kept after 2 calls, one unrehearsed, one off (no summary)."""
+    episode = Episode(0, "retail", "t")
+    episode.turns = [
+        replace(_turn("a", 3), commit_path="replaced"),
+        replace(_turn("a", 2), commit_path="anchor"),
+        replace(_turn("b", 1), commit_path="auto_off"),
+        _turn(None, None),
+    ]
+    bound = turn_oracle([episode])
+    assert bound == pytest.approx({"per_turn": 6 / 4, "extra": 2 / 4, "changed": 1 / 4})
+    assert turn_oracle([]) == {"per_turn": 0.0, "extra": 0.0, "changed": 0.0}
