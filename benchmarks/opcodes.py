@@ -66,7 +66,12 @@ def trace(argv: list[str]) -> None:
 
     def stop(signum: int, frame: object) -> None:
         sys.settrace(None)
-        Path(os.environ["OPCODES_OUT"]).write_text(json.dumps(counts))
+        # Written aside, then renamed: the driver reads the file once it exists, and a file
+        # that exists must already hold every count (a busy host showed it empty).
+        out = Path(os.environ["OPCODES_OUT"])
+        partial = out.with_suffix(".partial")
+        partial.write_text(json.dumps(counts))
+        os.replace(partial, out)
 
     signal.signal(signal.SIGUSR1, start)
     signal.signal(signal.SIGUSR2, stop)
