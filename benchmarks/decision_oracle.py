@@ -25,13 +25,15 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from rehearsal_gateway.rehearsal.decision import UNIMAGINED
+
 if TYPE_CHECKING:  # decision_facts imports this module
     from benchmarks.decision_facts import Config
 
 NO_TOOL = "-"
 OPTIONS = (0, 1, 2, 4, 8)
 # Commit paths under which the committed call is the anchor: the turn's spending changed nothing.
-KEPT_PATHS = frozenset({"anchor", "anchor_vetoed", "trust_off", "auto_off", "read", "early_exit"})
+KEPT_PATHS = frozenset({"anchor", "anchor_vetoed", "read", "early_exit"}) | UNIMAGINED
 
 
 def turn_split(trajectories: list[Any] | None) -> tuple[str, int]:

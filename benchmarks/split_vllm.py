@@ -64,7 +64,7 @@ def start_engine(core: str, workdir: Path, args: argparse.Namespace) -> Proc:
     port = free_port()
     flags = ["--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len)]
     return start_http_server(
-        ["nice", "-n", str(args.engine_nice), "taskset", "-c", core, *vllm_argv(port, *flags)],
+        ["nice", "-n", str(args.engine_nice), *pinned(vllm_argv(port, *flags), core)],
         port=port,
         log_path=workdir / f"vllm-core{core}.log",
         env={**VLLM_ENV, "VLLM_CPU_OMP_THREADS_BIND": core},
@@ -108,17 +108,17 @@ async def measure(gateways: dict[str, Proc], engine: Proc, args: argparse.Namesp
     alone: dict[str, list[float]] = {setup: [] for setup in SETUPS}
     loaded: dict[str, list[float]] = {setup: [] for setup in SETUPS}
     load: dict[str, list[Any]] = {setup: [] for setup in SETUPS}
+    gap_s = args.gap_ms / 1000
     for round_ in range(args.rounds):
         seed = 7000 + 100 * round_
         order = SETUPS if round_ % 2 == 0 else SETUPS[::-1]
         for setup in order:
-            url, gap_s = gateways[setup].url, args.gap_ms / 1000
+            url = gateways[setup].url
             alone[setup] += (await plain_latencies(url, args.plain, seed, engine, gap_s))[0]
         for setup in order:
             times, _, rehearsals = await under_load(
-                gateways[setup].url, args.plain, args.load, seed, engine, args.commit,
-                args.gap_ms / 1000,
-            )  # fmt: skip
+                gateways[setup].url, args.plain, args.load, seed, engine, args.commit, gap_s
+            )
             loaded[setup] += times
             load[setup] += rehearsals
     figures = {}
@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-ms", type=int, default=60_000)
     parser.add_argument("--cores", default="0,1", help="the two engines' cores")
     parser.add_argument(
-        "--gateway-cores", help="the gateways' and clients' CPUs (default: see above)"
+        "--gateway-cores",
+        help="the gateways' and clients' CPUs (default: those the engines leave, else the last "
+        "engine's)",
     )
     parser.add_argument(
         "--engine-nice",

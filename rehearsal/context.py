@@ -242,6 +242,12 @@ class RehearsalContext:
         self.budget = replace(self.budget, budget=max(k, 1))
         return k
 
+    def learned_off(self, turn: AssistantTurn) -> bool:
+        """Under ``auto``, whether a tool of ``turn`` learned K = 0 (not to be imagined)."""
+        learned = self.request.auto
+        return self.budget.auto and any(learned.get(c.name, (1, ""))[0] == 0
+                                        for c in turn.tool_calls)  # fmt: skip
+
     def _skip(self, turn: AssistantTurn, learned: int | None = None) -> Ending | None:
         """Why ``turn`` is not imagined, if it is not: ``read`` or ``skipped`` (by trust).
 
@@ -256,8 +262,7 @@ class RehearsalContext:
             return "read"
         if learned is not None:
             return "skipped" if learned == 0 else None
-        zero = (self.request.auto.get(c.name, (1, ""))[0] == 0 for c in turn.tool_calls)
-        if self.budget.auto and any(zero):
+        if self.learned_off(turn):
             return "skipped"
         policies = {self.policy(call.name) for call in turn.tool_calls}
         if "off" in policies:

@@ -76,10 +76,7 @@ def unrehearsed_by_trust(ctx: RehearsalContext, decision: Decision) -> Decision:
 
 def unimagined_path(ctx: RehearsalContext, turn: AssistantTurn) -> str:
     """``auto_off`` when the learned budget gave a tool of ``turn`` K = 0, else ``trust_off``."""
-    learned = ctx.request.auto
-    if ctx.budget.auto and any(learned.get(c.name, (1, ""))[0] == 0 for c in turn.tool_calls):
-        return "auto_off"
-    return "trust_off"
+    return "auto_off" if ctx.learned_off(turn) else "trust_off"
 
 
 def outvoted_by_samples(ctx: RehearsalContext, anchor: AssistantTurn) -> str | None:

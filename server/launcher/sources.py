@@ -203,7 +203,7 @@ def whole_problems(settings: GatewaySettings) -> list[tuple[str, str]]:
         else:
             problems.append((f"rehearsal_{knob}", f"the default {knob} {exc.message}{cap}"))
     default_k = settings.rehearsal_budget
-    bound = min(settings.max_budget, settings.auto_max_k)  # what fair use charges auto
+    bound = budget_caps(settings).auto_bound  # what fair use charges auto
     cost = (bound if default_k == "auto" else default_k) * settings.rehearsal_depth
     if settings.rehearsal_mode != "off" and 0 < settings.limit_max_cost < cost:
         problems.append(("limit_max_cost", (
