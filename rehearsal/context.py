@@ -394,12 +394,5 @@ class RehearsalContext:
                 state.ended = "unparsed"
                 return
             history.append(step.turn.to_message())
-            history += [_tool_message(o) for o in step.observations]
+            history += [o.as_tool_message() for o in step.observations]
         state.ended = "depth"
-
-
-def _tool_message(observation: ImaginedObservation) -> Message:
-    # No "name" field: OpenAI's tool message has none; the history flattener finds the name
-    # from tool_call_id.
-    content = observation.as_tool_content()
-    return {"role": "tool", "tool_call_id": observation.call.id, "content": content}

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .budget import Budget
-from .messages import JSON, NO_USAGE, AssistantTurn, ToolCall, Usage
+from .messages import JSON, NO_USAGE, AssistantTurn, Message, ToolCall, Usage
 from .parsing import PARSE_CLASSES, ParseClass, Verdict
 from .risk import UNKNOWN, ToolRisk
 
@@ -67,6 +67,14 @@ class ImaginedObservation:
     def as_tool_content(self) -> str:
         """The observation as a tool message's content, for the next imagined step."""
         return json.dumps(self.result, ensure_ascii=False)
+
+    def as_tool_message(self) -> Message:
+        """The observation as the tool message that follows its call in an imagined history.
+
+        No ``name`` field: OpenAI's tool message has none; the history flattener finds the name
+        from ``tool_call_id``.
+        """
+        return {"role": "tool", "tool_call_id": self.call.id, "content": self.as_tool_content()}
 
     def to_dict(self) -> dict[str, Any]:
         return {
