@@ -37,7 +37,6 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from benchmarks.decision_oracle import turn_split
 from rehearsal_gateway.clients.client import Rehearsal
 from rehearsal_gateway.rehearsal.decision import UNIMAGINED
 from rehearsal_gateway.twin.worlds import Task, World
@@ -177,6 +176,23 @@ class TurnFacts:
             anchor=None if trajectories is None else turn_split(trajectories)[0],
             imagined=None if trajectories is None else turn_split(trajectories)[1],
         )
+
+
+NO_TOOL = "-"  # the anchor tool of a turn that called none
+
+
+def turn_split(trajectories: list[Any] | None) -> tuple[str, int]:
+    """A traced turn's anchor tool and its imagined observations."""
+    anchor, imagined = NO_TOOL, 0
+    for index, trajectory in enumerate(trajectories or ()):
+        steps = trajectory.get("steps") if isinstance(trajectory, dict) else None
+        for number, step in enumerate(steps or ()):
+            observations = step.get("observations") or ()
+            imagined += sum(o.get("source") == "imagined" for o in observations)
+            calls = (step.get("turn") or {}).get("tool_calls") or ()
+            if index == number == 0 and calls:
+                anchor = str(calls[0].get("name"))
+    return anchor, imagined
 
 
 ANSWER = "ANSWER"

@@ -2,9 +2,9 @@
 
 Each rehearsed turn's calls split into the acting call (one per turn, whatever K), imagination
 (the imagined observations in its trace: what ``budget: "auto"`` exists to save) and the rest
-(alternatives sampled once the anchor was vetoed, repairs). ``turn_split`` reads that from a
-turn's trace; ``tally`` sums it per anchor tool (the first trajectory's first call; ``-`` for a
-turn that called no tool), beside the real errors of each tool's committed calls.
+(alternatives sampled once the anchor was vetoed, repairs). ``decision_facts.turn_split`` reads
+that from a turn's trace; ``tally`` sums it per anchor tool (the first trajectory's first call;
+``-`` for a turn that called no tool), beside the real errors of each tool's committed calls.
 
 ``oracle`` is a bound on this benchmark's twins: per twin, choosing for every tool one of the
 runs off (K = 0: one call a turn, off's errors), K = 1, 2, 4 or 8 (depth 1), the fewest calls
@@ -23,31 +23,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from benchmarks.decision_facts import NO_TOOL, Config
 from rehearsal_gateway.rehearsal.decision import UNIMAGINED
 
-if TYPE_CHECKING:  # decision_facts imports this module
-    from benchmarks.decision_facts import Config
-
-NO_TOOL = "-"
 OPTIONS = (0, 1, 2, 4, 8)
 # Commit paths under which the committed call is the anchor: the turn's spending changed nothing.
 KEPT_PATHS = frozenset({"anchor", "anchor_vetoed", "read", "early_exit"}) | UNIMAGINED
-
-
-def turn_split(trajectories: list[Any] | None) -> tuple[str, int]:
-    """A traced turn's anchor tool and its imagined observations."""
-    anchor, imagined = NO_TOOL, 0
-    for index, trajectory in enumerate(trajectories or ()):
-        steps = trajectory.get("steps") if isinstance(trajectory, dict) else None
-        for number, step in enumerate(steps or ()):
-            observations = step.get("observations") or ()
-            imagined += sum(o.get("source") == "imagined" for o in observations)
-            calls = (step.get("turn") or {}).get("tool_calls") or ()
-            if index == number == 0 and calls:
-                anchor = str(calls[0].get("name"))
-    return anchor, imagined
 
 
 def tally(episodes: Iterable[Any]) -> dict[str, dict[str, int]]:

@@ -29,8 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +38,16 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.decision_facts import LOW_TRUST  # noqa: E402
 from benchmarks.decisions import RecordingClient, play  # noqa: E402
-from benchmarks.real_model_report import print_report, summarise  # noqa: E402
+from benchmarks.real_model_report import (  # noqa: E402
+    CONFIGS,
+    DEADLINE_MS,
+    Config,
+    Episode,
+    TurnFigures,
+    print_report,
+    summarise,
+)
 from rehearsal_gateway.clients.agent import ExampleAgent, ToolLatency  # noqa: E402
-from rehearsal_gateway.clients.client import Rehearsal  # noqa: E402
 from rehearsal_gateway.twin.worlds import load_world  # noqa: E402
 from tests.support.procs import Proc, cli_argv, free_port, start_http_server  # noqa: E402
 from tests.support.vllm import REAL_MODEL_NAME, start_real_vllm  # noqa: E402
@@ -53,9 +59,6 @@ ACT_MAX_TOKENS = 256
 # prompt must also fit one engine step: vLLM 0.32's CPU build dies when it splits the prefill of a
 # seeded request ("CPU Generator does not use offset"), and the agent sends seeds.
 BFCL_CONTEXT = ("--max-model-len", "16384", "--max-num-batched-tokens", "16384")
-# Far beyond any turn here: at ~3 tokens/s a K = 4 turn takes minutes, and a deadline would turn
-# outcomes into deadline hits.
-DEADLINE_MS = 900_000
 # The gateway waits as long as the engine needs: one busy 2-core machine, one slow model (a
 # 1,500-token prefill alone takes about a minute).
 PATIENT = {
@@ -70,68 +73,6 @@ PATIENT = {
     # An imagined result is a JSON object of a few lines; a longer answer is cut and classified.
     "RGW_REHEARSE_MAX_TOKENS": "160",
 }
-
-
-@dataclass(frozen=True)
-class Config:
-    """One tenant's run: off, or a rehearsed mode at a budget."""
-
-    mode: str
-    budget: int = 0
-
-    @property
-    def name(self) -> str:
-        return "off" if self.mode == "off" else f"{self.mode} K={self.budget}"
-
-    @property
-    def key(self) -> str:
-        return f"real-{self.mode}-{self.budget}"
-
-    def rehearsal(self) -> Rehearsal:
-        if self.mode == "off":
-            return Rehearsal(mode="off")
-        return Rehearsal(
-            mode=self.mode,  # type: ignore[arg-type]
-            budget=self.budget,
-            deadline_ms=DEADLINE_MS,
-            trace=True,
-        )
-
-
-CONFIGS = (Config("off"), Config("parallel", 2), Config("parallel", 4), Config("sequential", 2))
-
-
-@dataclass
-class TurnFigures:
-    """What one response shows: its cost and, when rehearsed, what imagination wrote."""
-
-    wall_s: float
-    engine_calls: int
-    prompt: int
-    cached: int
-    completion: int
-    parse: Counter[str] = field(default_factory=Counter)
-    agreements: list[bool] = field(default_factory=list)
-    low_trust: bool = False
-    samples: dict[str, str] = field(default_factory=dict)  # parse class -> one raw answer
-
-
-@dataclass
-class Episode:
-    """One task of one configuration: the agent's outcome and each turn's figures."""
-
-    seed: int
-    world: str
-    task: str
-    success: bool = False
-    tool_errors: int = 0
-    real_calls: int = 0
-    failed: str | None = None
-    turns: list[TurnFigures] = field(default_factory=list)
-
-    @property
-    def pair(self) -> tuple[int, str, str]:
-        return (self.seed, self.world, self.task)
 
 
 class TimedClient(RecordingClient):

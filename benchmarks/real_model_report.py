@@ -1,18 +1,84 @@
-"""The real-model benchmark's report: one row per configuration (outcomes, costs per turn, parse
-shares, pairs against off) and the table, parse shares and samples it prints
-(``benchmarks/real_model.py`` runs the episodes).
+"""The real-model benchmark's records and report: what a run is made of (``Config``, ``Episode``,
+``TurnFigures``), one row per configuration (outcomes, costs per turn, parse shares, pairs against
+off) and the table, parse shares and samples it prints (``benchmarks/real_model.py`` runs the
+episodes and imports this module, never the other way).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
+from rehearsal_gateway.clients.client import Rehearsal
 from rehearsal_gateway.rehearsal.parsing import PARSE_CLASSES
 
-if TYPE_CHECKING:  # real_model imports this module
-    from benchmarks.real_model import Config, Episode
+# Far beyond any turn here: at ~3 tokens/s a K = 4 turn takes minutes, and a deadline would turn
+# outcomes into deadline hits.
+DEADLINE_MS = 900_000
+
+
+@dataclass(frozen=True)
+class Config:
+    """One tenant's run: off, or a rehearsed mode at a budget."""
+
+    mode: str
+    budget: int = 0
+
+    @property
+    def name(self) -> str:
+        return "off" if self.mode == "off" else f"{self.mode} K={self.budget}"
+
+    @property
+    def key(self) -> str:
+        return f"real-{self.mode}-{self.budget}"
+
+    def rehearsal(self) -> Rehearsal:
+        if self.mode == "off":
+            return Rehearsal(mode="off")
+        return Rehearsal(
+            mode=self.mode,  # type: ignore[arg-type]
+            budget=self.budget,
+            deadline_ms=DEADLINE_MS,
+            trace=True,
+        )
+
+
+CONFIGS = (Config("off"), Config("parallel", 2), Config("parallel", 4), Config("sequential", 2))
+
+
+@dataclass
+class TurnFigures:
+    """What one response shows: its cost and, when rehearsed, what imagination wrote."""
+
+    wall_s: float
+    engine_calls: int
+    prompt: int
+    cached: int
+    completion: int
+    parse: Counter[str] = field(default_factory=Counter)
+    agreements: list[bool] = field(default_factory=list)
+    low_trust: bool = False
+    samples: dict[str, str] = field(default_factory=dict)  # parse class -> one raw answer
+
+
+@dataclass
+class Episode:
+    """One task of one configuration: the agent's outcome and each turn's figures."""
+
+    seed: int
+    world: str
+    task: str
+    success: bool = False
+    tool_errors: int = 0
+    real_calls: int = 0
+    failed: str | None = None
+    turns: list[TurnFigures] = field(default_factory=list)
+
+    @property
+    def pair(self) -> tuple[int, str, str]:
+        return (self.seed, self.world, self.task)
 
 
 def _mean(values: list[float]) -> float:

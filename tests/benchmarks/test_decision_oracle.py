@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.decision_facts import Episode, TurnFacts
-from benchmarks.decision_oracle import NO_TOOL, oracle, split, tally, turn_oracle, turn_split
+from benchmarks.decision_facts import NO_TOOL, Episode, TurnFacts, turn_split
+from benchmarks.decision_oracle import oracle, split, tally, turn_oracle
 
 
 def _step(tool: str | None, *sources: str) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from typing import Any
 
 from openai.types.chat import ChatCompletion
 
-from benchmarks.real_model import CONFIGS, Episode, TurnFigures, figures
-from benchmarks.real_model_report import summarise
+from benchmarks.real_model import figures
+from benchmarks.real_model_report import CONFIGS, Episode, TurnFigures, summarise
 
 
 def completion(rehearsal: dict[str, Any] | None = None, cached: int = 0) -> ChatCompletion:
