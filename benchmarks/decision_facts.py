@@ -358,8 +358,8 @@ def plan_user(task: Task, held: tuple[str, ...]) -> str:
 
 
 @dataclass
-class Episode:
-    """One task of one configuration: the agent's outcome and what its turns showed."""
+class Outcome:
+    """One task of one configuration as the agent ended it; both benchmarks' episodes extend it."""
 
     seed: int
     world: str
@@ -368,6 +368,17 @@ class Episode:
     tool_errors: int = 0
     real_calls: int = 0
     failed: str | None = None  # a request the gateway did not answer
+
+    @property
+    def pair(self) -> tuple[int, str, str]:
+        """The task across configurations: what a configuration is paired against off by."""
+        return (self.seed, self.world, self.task)
+
+
+@dataclass
+class Episode(Outcome):
+    """One task of one configuration: the agent's outcome and what its turns showed."""
+
     retries: int = 0  # requests sent again after a failed connection
     turns: list[TurnFacts] = field(default_factory=list)
     calls: CallFacts = CallFacts()

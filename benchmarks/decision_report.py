@@ -37,9 +37,9 @@ def cell(config: Config, episodes: list[Episode], off: list[Episode], seeds: int
     calls = [t.engine_calls for t in rehearsed]
     avoidable = _count_ints([e.calls.repeats_avoidable for e in episodes])
     avoidable = avoidable if config.commit else None
-    by_pair = {(e.seed, e.world, e.task): e.success for e in off}
-    worse = sum(by_pair.get((e.seed, e.world, e.task), False) and not e.success for e in episodes)
-    better = sum(e.success and not by_pair.get((e.seed, e.world, e.task), True) for e in episodes)
+    by_pair = {e.pair: e.success for e in off}
+    worse = sum(by_pair.get(e.pair, False) and not e.success for e in episodes)
+    better = sum(e.success and not by_pair.get(e.pair, True) for e in episodes)
     return {
         "fidelity": config.twin.fidelity,
         "skill": config.twin.skill,

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.decision_facts import Outcome
 from rehearsal_gateway.clients.client import Rehearsal
 from rehearsal_gateway.rehearsal.parsing import PARSE_CLASSES
 
@@ -64,21 +65,10 @@ class TurnFigures:
 
 
 @dataclass
-class Episode:
+class Episode(Outcome):
     """One task of one configuration: the agent's outcome and each turn's figures."""
 
-    seed: int
-    world: str
-    task: str
-    success: bool = False
-    tool_errors: int = 0
-    real_calls: int = 0
-    failed: str | None = None
     turns: list[TurnFigures] = field(default_factory=list)
-
-    @property
-    def pair(self) -> tuple[int, str, str]:
-        return (self.seed, self.world, self.task)
 
 
 def _mean(values: list[float]) -> float:
