@@ -143,7 +143,7 @@ class GatewaySettings(BaseSettings):
 
     # Rehearsal defaults when a request sets no knob (body > headers > these); off: a drop-in.
     rehearsal_mode: Literal["off", "parallel", "sequential"] = "off"
-    # K trajectories, or "auto": learned per tenant and tool, up to auto_max_k (rehearsal/auto.py).
+    # K trajectories, or "auto": learned per tenant and tool, within auto_max_k and max_budget.
     rehearsal_budget: Annotated[int, Field(ge=0)] | Literal["auto"] = 4
     rehearsal_depth: int = Field(default=1, ge=1)
     rehearsal_commit: Literal["anchored", "reflect", "select"] = "anchored"
